@@ -1,0 +1,157 @@
+"""The Agent: the SDK entry point and the run loop.
+
+``Agent.run(question, budget=...)`` -> validate input -> choose a route -> run it inside the budget ->
+append the trajectory -> ``Result``. ``BudgetExceeded`` raised anywhere below is caught here, once,
+and turned into a truncated result carrying the best answer so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrt.budget import Budget
+from agentrt.config import Settings, ensure_writable_dir, load_settings
+from agentrt.errors import BudgetExceeded, InputError, UserError
+from agentrt.protocols import ModelBackend
+from agentrt.router import decide
+from agentrt.routes import ROUTE_FUNCTIONS, RouteOutput
+from agentrt.run import RunContext
+from agentrt.trajectory import TrajectoryRecord, TrajectoryWriter, new_run_id
+from agentrt.types import Message, Usage
+
+
+@dataclass
+class Result:
+    """What a run returns."""
+
+    answer: str
+    route: str
+    usage: Usage
+    budget: int
+    truncated: bool
+    trajectory_id: str
+    status: str = "ok"
+    thought: str | None = None
+    reason: str = ""
+    trajectory_file: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "route": self.route,
+            "reason": self.reason,
+            "usage": {**self.usage.to_dict(), "budget": self.budget},
+            "truncated": self.truncated,
+            "status": self.status,
+            "thought": self.thought,
+            "trajectory_id": self.trajectory_id,
+            "trajectory_file": self.trajectory_file,
+            "timings": self.timings,
+        }
+
+
+class Agent:
+    """A hybrid-reasoning agent over one policy model.
+
+    >>> agent = Agent()                       # SmolLM2-135M on the CPU, ~/.cache/agentrt
+    >>> agent.run("What is the capital of France?", budget=512).answer
+    """
+
+    def __init__(self, settings: Settings | None = None, *, policy: ModelBackend | None = None, **overrides: Any):
+        self.settings = settings or load_settings(**overrides)
+        self._policy = policy
+        self.writer = TrajectoryWriter(self.settings.trajectory_dir)
+
+    @property
+    def policy(self) -> ModelBackend:
+        """The policy backend, loaded on first use."""
+        if self._policy is None:
+            from agentrt.backends import load_backend
+
+            self._policy = load_backend(self.settings.policy, self.settings)
+        return self._policy
+
+    def run(self, question: str, *, budget: int | None = None, route: str | None = None,
+            thinking_cap: int | None = None) -> Result:
+        """Answer ``question`` within ``budget`` tokens (prompt + completion over all calls)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(question, budget=budget, route=route, thinking_cap=thinking_cap))
+        raise UserError("Agent.run() was called inside an event loop; use `await agent.arun(...)` there")
+
+    async def arun(self, question: str, *, budget: int | None = None, route: str | None = None,
+                   thinking_cap: int | None = None) -> Result:
+        """The async form of ``run``."""
+        total = self.settings.budget if budget is None else budget
+        self._validate(question, total, route, thinking_cap)
+        ensure_writable_dir(self.settings.trajectory_dir, "trajectory directory")
+        policy = self.policy
+        prompt_tokens = policy.count_tokens([Message("user", question)])
+        if prompt_tokens >= policy.context_length:
+            raise InputError(
+                f"the question is {prompt_tokens} tokens, longer than the model's context "
+                f"({policy.context_length}); shorten it"
+            )
+        if total <= prompt_tokens:
+            raise InputError(f"budget {total} is smaller than the prompt ({prompt_tokens} tokens); use a budget of at least {prompt_tokens + 16}")
+
+        decision = decide(question) if route is None else None
+        chosen = route or decision.route  # type: ignore[union-attr]
+        ctx = RunContext(new_run_id(), question, Budget(total), policy, self.settings)
+        if decision is not None:
+            ctx.record(decision.model_dump())
+        created = time.time()
+        status, error, output = "ok", None, RouteOutput("")
+        try:
+            fn = ROUTE_FUNCTIONS[chosen]
+            output = await (fn(ctx, question, thinking_cap) if chosen == "reason" else fn(ctx, question))
+        except BudgetExceeded as e:
+            status, error, output = "truncated", str(e), RouteOutput(ctx.best_answer)
+        except asyncio.CancelledError:
+            status, error = "cancelled", "cancelled"
+            self._write(ctx, chosen, output, status, error, created)
+            raise
+        except Exception as e:
+            status, error = "failed", f"{type(e).__name__}: {e}"
+            self._write(ctx, chosen, output, status, error, created)
+            raise
+        if status == "ok" and any("length" in s.get("finish_reasons", []) for s in ctx.steps if s.get("name") == "answer"):
+            status = "truncated"  # the answer itself was cut by its token cap
+        record = self._write(ctx, chosen, output, status, error, created)
+        return Result(
+            answer=output.answer, route=chosen, usage=Usage(**{k: record.usage[k] for k in ("prompt_tokens", "completion_tokens")}),
+            budget=total, truncated=status == "truncated", trajectory_id=ctx.run_id, status=status,
+            thought=output.thought, reason=decision.reason if decision else "route given by the caller",
+            trajectory_file=str(self.writer.path), timings=record.timings,
+        )
+
+    def _validate(self, question: Any, budget: Any, route: str | None, thinking_cap: int | None) -> None:
+        if not isinstance(question, str) or not question.strip():
+            raise InputError("the question is empty; pass a non-empty question")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+            raise InputError(f"budget must be a positive number of tokens, got {budget!r}")
+        if route is not None and route not in ROUTE_FUNCTIONS:
+            raise InputError(f"unknown route {route!r}; choose one of: {', '.join(ROUTE_FUNCTIONS)}")
+        if thinking_cap is not None and thinking_cap < 0:
+            raise InputError("thinking_cap must be >= 0")
+
+    def _write(self, ctx: RunContext, route: str, output: RouteOutput, status: str, error: str | None,
+               created: float) -> TrajectoryRecord:
+        usage = Usage()
+        for step in ctx.steps:
+            if step.get("kind") == "model_call":
+                usage = usage + Usage(step["usage"]["prompt_tokens"], step["usage"]["completion_tokens"])
+        record = TrajectoryRecord(
+            run_id=ctx.run_id, created_at=created, question=ctx.question, route=route, steps=ctx.steps,
+            answer=output.answer, thought=output.thought,
+            budget={"total": ctx.budget.total, "spent": ctx.budget.spent},
+            usage=usage.to_dict(), timings={"wall_s": round(time.perf_counter() - ctx.started, 4)},
+            status=status, error=error,  # type: ignore[arg-type]
+        )
+        self.writer.append(record)
+        return record

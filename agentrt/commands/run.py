@@ -1,0 +1,72 @@
+"""``agentrt run`` (one question) and ``agentrt demo`` (the sample questions ``make run`` shows)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+
+from agentrt.types import ROUTES
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="answer one question")
+    p.add_argument("question")
+    p.add_argument("--route", choices=[r for r in ROUTES if r in ("direct", "reason")], help="skip the router")
+    p.add_argument("--budget", type=int, help="token budget for the whole run (default 1024)")
+    p.add_argument("--thinking-cap", type=int, help="max thinking tokens for the reason route")
+    p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_run)
+
+    d = sub.add_parser("demo", help="answer the bundled sample questions on the embedded model")
+    d.add_argument("--budget", type=int, default=512)
+    d.set_defaults(func=cmd_demo)
+
+
+def _agent(args: argparse.Namespace):
+    from agentrt.agent import Agent
+    from agentrt.config import load_settings
+
+    return Agent(load_settings(args.config, policy=getattr(args, "policy", None)))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    agent = _agent(args)
+    result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap)
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False))
+    else:
+        print(result.answer)
+        print(
+            f"[route={result.route} tokens={result.usage.total_tokens}/{result.budget} "
+            f"status={result.status} trajectory={result.trajectory_id}]",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    questions = [
+        json.loads(line)
+        for line in resources.files("agentrt.data").joinpath("demo_questions.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    with console.status("loading the embedded model (SmolLM2-135M, CPU)..."):
+        agent = _agent(args)
+        agent.policy  # noqa: B018 - load now, under the spinner
+    table = Table(title=f"agentrt demo on {agent.policy.name} (budget {args.budget} tokens per question)")
+    for col in ("question", "route", "answer", "tokens used / budget", "status"):
+        table.add_column(col, overflow="fold")
+    for item in questions:
+        with console.status(f"answering: {item['question']}"):
+            r = agent.run(item["question"], budget=args.budget, route=item.get("route"))
+        table.add_row(item["question"], r.route, r.answer, f"{r.usage.total_tokens} / {r.budget}", r.status)
+    console.print(table)
+    console.print(f"trajectories: {agent.writer.path}")
+    return 0

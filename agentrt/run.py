@@ -1,0 +1,82 @@
+"""RunContext: what one run carries (budget, backends, recorded steps) and the budgeted model call.
+
+``call_model`` is the only way the runtime talks to a model: count the prompt, reserve, call,
+charge the real usage, record the step. That is what makes the budget a hard bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrt.budget import Budget
+from agentrt.errors import BudgetExceeded
+from agentrt.protocols import ModelBackend
+from agentrt.trajectory import ModelCallStep
+from agentrt.types import Completion, GenParams, Message
+
+
+@dataclass
+class RunContext:
+    """The state of one run, passed to every route."""
+
+    run_id: str
+    question: str
+    budget: Budget
+    policy: ModelBackend
+    settings: Any
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    best_answer: str = ""
+    started: float = field(default_factory=time.perf_counter)
+
+    def record(self, step: dict[str, Any]) -> None:
+        self.steps.append(step)
+
+    async def call_model(
+        self,
+        name: str,
+        messages: list[Message],
+        params: GenParams,
+        *,
+        backend: ModelBackend | None = None,
+        budget: Budget | None = None,
+        min_tokens: int = 1,
+    ) -> Completion:
+        """Call a model inside the budget. ``max_tokens`` is clipped to what remains.
+
+        Raises ``BudgetExceeded`` when not even ``min_tokens`` new tokens fit.
+        """
+        backend = backend or self.policy
+        budget = budget or self.budget
+        prompt_tokens = backend.count_tokens(messages, params)
+        n = max(1, params.n)
+        reservation = budget.reserve(prompt_tokens, params.max_tokens * n, min_tokens=min_tokens * n)
+        params = dataclasses.replace(params, max_tokens=reservation.max_tokens // n)
+        try:
+            completion = await backend.chat(messages, params)
+        except BaseException:
+            budget.release(reservation)
+            raise
+        budget.charge(reservation, completion.usage.prompt_tokens, completion.usage.completion_tokens)
+        self.record(
+            ModelCallStep(
+                name=name,
+                backend=backend.name,
+                messages=[m.to_dict() for m in messages],
+                prompt_token_ids=completion.prompt_token_ids,
+                completion_token_ids=[c.token_ids for c in completion.choices],
+                completion_logprobs=[c.logprobs for c in completion.choices],
+                completions=[c.text for c in completion.choices],
+                finish_reasons=[c.finish_reason for c in completion.choices],
+                usage=completion.usage.to_dict(),
+                params={"max_tokens": params.max_tokens, "temperature": params.temperature,
+                        "top_p": params.top_p, "n": params.n, "stop": params.stop, "seed": params.seed},
+                latency_s=round(completion.latency_s, 4),
+            ).model_dump()
+        )
+        return completion
+
+
+__all__ = ["RunContext", "BudgetExceeded"]

@@ -1,0 +1,105 @@
+"""The shared vocabulary: messages, generation parameters, completions, usage.
+
+Small slotted dataclasses: these are on the hot path of every model call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROUTES: tuple[str, ...] = ("direct", "reason", "plan", "ask", "abstain")
+
+
+@dataclass(slots=True)
+class Message:
+    """One chat message. An assistant message at the end of a request is a prefill to continue."""
+
+    role: Role
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+def as_messages(messages: list[Message] | list[dict[str, Any]]) -> list[Message]:
+    """Accept plain dicts (OpenAI style) or Messages."""
+    return [m if isinstance(m, Message) else Message(m["role"], m["content"]) for m in messages]
+
+
+@dataclass(slots=True)
+class GenParams:
+    """Sampling parameters understood by every backend.
+
+    ``temperature == 0`` means greedy. ``logprobs`` asks for the log-probability of each sampled
+    token. ``json_schema`` / ``choices`` ask for structured output on backends that support it.
+    """
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    n: int = 1
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    logprobs: bool = True
+    json_schema: dict[str, Any] | None = None
+    choices: list[str] | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Usage:
+    """Tokens a call (or a run) consumed. ``prompt + completion == total``."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+FinishReason = Literal["stop", "length", "error"]
+
+
+@dataclass(slots=True)
+class Choice:
+    """One sampled continuation."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: FinishReason
+
+
+@dataclass(slots=True)
+class Completion:
+    """What a backend returns for one chat request (``n`` choices share one prompt)."""
+
+    choices: list[Choice]
+    prompt_token_ids: list[int] | None
+    usage: Usage
+    model: str = ""
+    latency_s: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return self.choices[0].text
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        return self.choices[0].finish_reason
