@@ -44,7 +44,9 @@ class Settings(BaseModel):
 
     @property
     def models_dir(self) -> Path:
-        return self.home / "models"
+        """Converted models; ``$AGENTRT_MODELS_DIR`` shares one copy between homes (tests, CI)."""
+        env = os.environ.get("AGENTRT_MODELS_DIR")
+        return Path(env).expanduser() if env else self.home / "models"
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:

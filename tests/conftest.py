@@ -1,0 +1,47 @@
+"""Shared fixtures.
+
+* Every test gets its own ``AGENTRT_HOME`` (a tmp dir), so trajectories never mix.
+* Converted models live in one shared folder (``AGENTRT_MODELS_DIR``, default ``~/.cache/agentrt/models``)
+  so the GGUF -> fp32 conversion happens once per machine, not once per test.
+* ``embedded`` is the real SmolLM2-135M backend, loaded once per session and shared.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("AGENTRT_MODELS_DIR", str(Path.home() / ".cache" / "agentrt" / "models"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def agentrt_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "agentrt-home"
+    monkeypatch.setenv("AGENTRT_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """The real embedded model (SmolLM2-135M-Instruct, fp32, CPU), shared by the whole session."""
+    from agentrt.backends import load_backend
+    from agentrt.config import Settings
+
+    backend = load_backend("hf:embedded", Settings())
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def agent(embedded, agentrt_home):
+    """An Agent on the shared embedded model, writing into this test's home."""
+    from agentrt import Agent
+
+    return Agent(policy=embedded)
