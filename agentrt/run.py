@@ -53,6 +53,7 @@ class RunContext:
         prompt_tokens = backend.count_tokens(messages, params)
         n = max(1, params.n)
         reservation = budget.reserve(prompt_tokens, params.max_tokens * n, min_tokens=min_tokens * n)
+        t_start = time.perf_counter() - self.started
         params = dataclasses.replace(params, max_tokens=reservation.max_tokens // n)
         try:
             completion = await backend.chat(messages, params)
@@ -64,16 +65,20 @@ class RunContext:
             ModelCallStep(
                 name=name,
                 backend=backend.name,
+                model=completion.model,
                 messages=[m.to_dict() for m in messages],
                 prompt_token_ids=completion.prompt_token_ids,
                 completion_token_ids=[c.token_ids for c in completion.choices],
                 completion_logprobs=[c.logprobs for c in completion.choices],
                 completions=[c.text for c in completion.choices],
                 finish_reasons=[c.finish_reason for c in completion.choices],
+                # every completion token was sampled by the model: all trainable
+                loss_mask=[[1] * len(c.token_ids) for c in completion.choices],
                 usage=completion.usage.to_dict(),
                 params={"max_tokens": params.max_tokens, "temperature": params.temperature,
                         "top_p": params.top_p, "n": params.n, "stop": params.stop, "seed": params.seed},
                 latency_s=round(completion.latency_s, 4),
+                t_start_s=round(t_start, 4),
             ).model_dump()
         )
         return completion

@@ -1,63 +1,175 @@
-"""Trajectories: one JSON record per run, appended to a JSONL file that survives a killed process.
+"""Trajectories, schema v1: one JSON record per run (documented in docs/trajectories.md).
 
-Writing: each record is one ``os.write`` of a whole line to a file opened with O_APPEND, then
-``fsync``; a crash can only leave a torn *last* line. Reading: a line without its newline, or one
-that is not a valid record, is reported (``ReadReport.torn_tail`` / ``TrajectoryError``), never
-silently parsed.
+A record holds the run (question, route, status, budget, usage, timings), its steps (model calls
+with token ids, logprobs and loss mask; tool calls; route decisions with their propensity; plans;
+memory operations), the final answer, the task it came from (data source, ground truth) and the
+rewards with their breakdown. Readers accept v0 records (written by agentrt 0.1 before v1).
+
+The store (append-only JSONL, fsync per record, rotation, index by run id) is in
+``agentrt/_trajstore.py`` and re-exported here: ``TrajectoryWriter``, ``read_trajectories``,
+``iter_records``, ``find_record``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentrt.errors import TrajectoryError
 
-SCHEMA_VERSION = "0"
-SUPPORTED_VERSIONS = {"0"}
+SCHEMA_VERSION = "1"
+SUPPORTED_VERSIONS = {"0", "1"}
 TRAJECTORY_FILE = "trajectories.jsonl"
 
 Status = Literal["ok", "truncated", "failed", "cancelled"]
+# Tool results are truncated in the record (the full text is rarely worth its bytes to a trainer).
+MAX_TOOL_RESULT_CHARS = 4000
 
 
-class ModelCallStep(BaseModel):
-    """One model call, with what a trainer needs to learn from it."""
+class _Step(BaseModel):
+    """Common to all steps: extra fields (from other writers or later versions) are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    # Seconds since the run started, when the step began (None in v0 records).
+    t_start_s: float | None = None
+
+
+class ModelCallStep(_Step):
+    """One model call, with what a trainer needs to learn from it.
+
+    ``completion_token_ids[i]`` / ``completion_logprobs[i]`` / ``loss_mask[i]`` belong to choice i.
+    ``loss_mask`` is 1 for a token the model sampled (trainable), 0 for a token it did not (forced or
+    injected); ``None`` (v0) means all ones.
+    """
 
     kind: Literal["model_call"] = "model_call"
-    name: str = Field(description="what the call was for: answer, think, ...")
+    name: str = Field(description="what the call was for: answer, think, plan, search, ...")
     backend: str
-    messages: list[dict[str, str]]
+    model: str = ""
+    messages: list[dict[str, Any]]
     prompt_token_ids: list[int] | None
     completion_token_ids: list[list[int]]
     completion_logprobs: list[list[float] | None]
     completions: list[str]
     finish_reasons: list[str]
+    loss_mask: list[list[int]] | None = None
     usage: dict[str, int]
     params: dict[str, Any] = {}
     latency_s: float
 
+    def mask(self, choice: int = 0) -> list[int]:
+        """The loss mask of one choice (all ones when the record predates v1)."""
+        if self.loss_mask is None:
+            return [1] * len(self.completion_token_ids[choice])
+        return self.loss_mask[choice]
 
-class RouteStep(BaseModel):
-    """The router's decision, with the probability it gave the chosen route (the propensity)."""
+
+class ToolCallStep(_Step):
+    """One tool call: name, arguments, the (truncated) result or the error. A failure is data."""
+
+    kind: Literal["tool_call"] = "tool_call"
+    name: str
+    args: dict[str, Any] = {}
+    call_id: str | None = None
+    result: str | None = None
+    result_truncated: bool = False
+    error: str | None = None
+    latency_s: float = 0.0
+
+    @field_validator("result", mode="before")
+    @classmethod
+    def _truncate(cls, value: Any) -> Any:
+        # Truncation is noted by the writer via result_truncated; here we only bound the size.
+        if isinstance(value, str) and len(value) > MAX_TOOL_RESULT_CHARS:
+            return value[:MAX_TOOL_RESULT_CHARS]
+        return value
+
+
+class RouteStep(_Step):
+    """The router's decision: features, per-action probabilities, the chosen action and its
+    probability (the propensity, for off-policy learning)."""
 
     kind: Literal["route_decision"] = "route_decision"
     route: str
-    propensity: float
+    propensity: float = Field(ge=0.0, le=1.0)
     probabilities: dict[str, float] = {}
     reason: str = ""
     features: dict[str, Any] = {}
 
 
+class PlanStep(_Step):
+    """A plan: sub-questions, tool hints, per-step budgets (the planner's own dict)."""
+
+    kind: Literal["plan"] = "plan"
+    planner: str = ""
+    plan: dict[str, Any] = {}
+    latency_s: float = 0.0
+
+
+class MemoryOpStep(_Step):
+    """A memory operation (read, write, search, delete) and what it touched."""
+
+    kind: Literal["memory_op"] = "memory_op"
+    op: str
+    store: str = ""
+    query: str | None = None
+    ids: list[str] = []
+    n_results: int | None = None
+    latency_s: float = 0.0
+
+
+STEP_TYPES: dict[str, type[_Step]] = {
+    "model_call": ModelCallStep,
+    "tool_call": ToolCallStep,
+    "route_decision": RouteStep,
+    "plan": PlanStep,
+    "memory_op": MemoryOpStep,
+}
+
+
+def tool_call_step(name: str, args: dict[str, Any], result: str | None = None, *, error: str | None = None,
+                   latency_s: float = 0.0, call_id: str | None = None) -> dict[str, Any]:
+    """A tool_call step dict with the result truncated to ``MAX_TOOL_RESULT_CHARS`` (and marked so)."""
+    truncated = isinstance(result, str) and len(result) > MAX_TOOL_RESULT_CHARS
+    return ToolCallStep(name=name, args=args, result=result, result_truncated=truncated, error=error,
+                        latency_s=round(latency_s, 4), call_id=call_id).model_dump()
+
+
+class RewardBreakdown(BaseModel):
+    """A reward as stored in a record: the score and how it was reached."""
+
+    model_config = ConfigDict(extra="allow")
+
+    score: float
+    components: dict[str, float] = {}
+    penalties: dict[str, float] = {}
+    reason: str = ""
+    verifier: str = ""
+
+
+class TaskInfo(BaseModel):
+    """Where a run's question came from, so exports can write verl/TRL rows and rewards can be recomputed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    data_source: str = "agentrt"
+    ability: str = "general"
+    ground_truth: Any = None
+    verifier: str | None = None  # a name in agentrt.rewards.VERIFIERS
+    prompt_id: str | None = None  # groups rollouts of the same prompt (GRPO)
+    split: str | None = None
+
+
 class TrajectoryRecord(BaseModel):
-    """One run. Extra fields from later schema versions are kept, not dropped."""
+    """One run. Extra fields from later schema versions are kept, not dropped.
+
+    ``steps`` stay plain dicts (so writers and readers can index them); ``typed_steps()`` validates
+    each against its kind's model. A step of an unknown kind is kept as is.
+    """
 
     model_config = ConfigDict(extra="allow")
 
@@ -74,79 +186,73 @@ class TrajectoryRecord(BaseModel):
     timings: dict[str, float]
     status: Status
     error: str | None = None
+    # v1 additions (defaults keep v0 records readable)
+    task: TaskInfo | None = None
+    reward: float | None = None
+    rewards: dict[str, RewardBreakdown] = {}
+    tools: list[dict[str, Any]] = []
+    metadata: dict[str, Any] = {}
+
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _check_steps(cls, steps: Any) -> Any:
+        # Only the shape is checked here (a dict with a 'kind'): a run must never be lost because one
+        # step is incomplete. Full validation per kind happens in typed_steps() / model_calls().
+        if not isinstance(steps, list):
+            return steps
+        out = []
+        for i, step in enumerate(steps):
+            if isinstance(step, BaseModel):
+                step = step.model_dump()
+            if not isinstance(step, dict) or not isinstance(step.get("kind"), str):
+                raise ValueError(f"step {i} is not a dict with a 'kind'")
+            out.append(step)
+        return out
+
+    def typed_steps(self) -> list[BaseModel | dict[str, Any]]:
+        """The steps as their models (unknown kinds stay dicts); a step that does not match its kind's
+        schema raises TrajectoryError naming the run, the step and the field."""
+        out: list[BaseModel | dict[str, Any]] = []
+        for i, step in enumerate(self.steps):
+            model = STEP_TYPES.get(step["kind"])
+            if model is None:
+                out.append(step)
+                continue
+            try:
+                out.append(model.model_validate(step))
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                raise TrajectoryError(f"run {self.run_id}: step {i} ({step['kind']}): {where}: {err['msg']}") from None
+        return out
+
+    def model_calls(self) -> list[ModelCallStep]:
+        """The model_call steps, in order."""
+        return [s for s in self.typed_steps() if isinstance(s, ModelCallStep)]
 
 
 def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-class TrajectoryWriter:
-    """Append-only, fsync-per-record JSONL writer. Safe across threads and processes (O_APPEND)."""
-
-    def __init__(self, directory: Path, filename: str = TRAJECTORY_FILE) -> None:
-        self.path = Path(directory) / filename
-
-    def append(self, record: TrajectoryRecord) -> None:
-        line = (record.model_dump_json() + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            written = os.write(fd, line)
-            if written != len(line):  # pragma: no cover - disk full; never leave a silent half line
-                raise TrajectoryError(f"short write to {self.path} ({written}/{len(line)} bytes)")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@dataclass
-class ReadReport:
-    """What reading a trajectory file found."""
-
-    records: list[TrajectoryRecord] = field(default_factory=list)
-    torn_tail: str | None = None  # description of an incomplete last line, if any
-
-
-def read_trajectories(path: str | Path) -> ReadReport:
-    """Read every complete record. A torn last line is reported in ``torn_tail``; a bad line in the
-    middle of the file (real corruption) raises ``TrajectoryError`` with its line number."""
-    path = Path(path)
-    if not path.is_file():
-        raise TrajectoryError(f"no trajectory file at {path}")
-    report = ReadReport()
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    last = lines.pop()  # b"" when the file ends with a newline
-    for number, raw in enumerate(lines, start=1):
-        report.records.append(_parse(raw, path, number))
-    if last:
-        report.torn_tail = f"{path}: line {len(lines) + 1} is incomplete ({len(last)} bytes, no newline): a writer was killed mid-record"
-    return report
-
-
-def iter_records(path: str | Path) -> Iterator[TrajectoryRecord]:
-    yield from read_trajectories(path).records
-
-
-def find_record(path: str | Path, run_id: str) -> TrajectoryRecord | None:
-    for record in iter_records(path):
-        if record.run_id == run_id:
-            return record
-    return None
-
-
-def _parse(raw: bytes, path: Path, number: int) -> TrajectoryRecord:
-    try:
-        obj = json.loads(raw)
-        version = str(obj.get("schema_version"))
-        if version not in SUPPORTED_VERSIONS:
-            raise TrajectoryError(
-                f"{path}:{number}: schema_version {version!r} is not supported by this agentrt "
-                f"(supported: {sorted(SUPPORTED_VERSIONS)}); upgrade agentrt"
-            )
-        return TrajectoryRecord.model_validate(obj)
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, ValidationError) as e:
-        raise TrajectoryError(f"{path}:{number}: corrupt trajectory record ({type(e).__name__})") from None
-
-
 def now() -> float:
     return time.time()
+
+
+# The store lives in its own module (size); these names are part of this module's API.
+from agentrt._trajstore import (  # noqa: E402
+    ReadReport,
+    TrajectoryWriter,
+    find_record,
+    iter_records,
+    read_trajectories,
+    rebuild_index,
+    trajectory_files,
+)
+
+__all__ = [
+    "SCHEMA_VERSION", "SUPPORTED_VERSIONS", "TRAJECTORY_FILE", "ModelCallStep", "ToolCallStep", "RouteStep",
+    "PlanStep", "MemoryOpStep", "STEP_TYPES", "RewardBreakdown", "TaskInfo", "TrajectoryRecord",
+    "tool_call_step", "new_run_id", "now", "ReadReport", "TrajectoryWriter", "read_trajectories",
+    "iter_records", "find_record", "rebuild_index", "trajectory_files",
+]
