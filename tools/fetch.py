@@ -1,0 +1,40 @@
+"""The ``fetch`` tool: a whole document by id (an id that ``search`` returned).
+
+The runtime hands in a ``Fetcher``: ``fetcher(doc_id)`` -> a document (dict or object with ``id``,
+``title``, ``text``) or None when there is no such id.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from agentrt.errors import InputError
+from tools._hits import field
+from tools.base import Tool, ToolError, tool
+
+
+class Fetcher(Protocol):
+    def __call__(self, doc_id: str) -> Any | None: ...
+
+
+def make_fetch_tool(fetcher: Fetcher, *, name: str = "fetch", max_chars: int = 4000,
+                    timeout_s: float = 30.0) -> Tool:
+    """A ``fetch(doc_id)`` tool over ``fetcher``; long documents are cut to ``max_chars``."""
+    if not callable(fetcher):
+        raise InputError("make_fetch_tool needs a callable fetcher(doc_id) -> document or None")
+
+    @tool(name=name, timeout_s=timeout_s, max_output_chars=max_chars + 200)
+    def fetch(doc_id: str) -> str:
+        """Fetch one document by the id a search result showed in brackets.
+
+        Args:
+            doc_id: The document id, e.g. "doc-17".
+        """
+        doc = fetcher(doc_id.strip().strip("[]"))
+        if doc is None:
+            raise ToolError(f"no document with id {doc_id!r}; use an id from a search result")
+        text = str(field(doc, "text", "") or "")
+        cut = " [truncated]" if len(text) > max_chars else ""
+        return f"[{field(doc, 'id', doc_id)}] {field(doc, 'title', '') or ''}".rstrip() + f"\n{text[:max_chars]}{cut}"
+
+    return fetch
