@@ -1,0 +1,109 @@
+"""Benchmark: the dynamic batcher vs one-at-a-time decoding, and embedded model load times.
+
+    .venv/bin/python evals/bench/batcher.py [--requests 8] [--tokens 128] [--threads 1]
+
+Prints one table. Ratios are measured side by side in one run (the machine is shared and noisy).
+Target (issue 2): aggregate throughput of 8 concurrent requests >= 3x the same 8 run sequentially.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from agentrt.types import GenParams, Message  # noqa: E402
+
+PROMPTS = [
+    "Write a short story about a lighthouse keeper.",
+    "Explain how a bicycle works.",
+    "Describe the water cycle.",
+    "Write a poem about autumn leaves.",
+    "What are the benefits of exercise?",
+    "Tell me about the history of Rome.",
+    "How do airplanes fly?",
+    "Describe a day at the beach.",
+    "Explain photosynthesis to a child.",
+    "Write a letter to a friend about a trip.",
+    "What makes a good teacher?",
+    "Describe the planets of the solar system.",
+    "How is bread made?",
+    "Explain what a computer does.",
+    "Write a recipe for pancakes.",
+    "Why do we need sleep?",
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+
+    from agentrt.backends._embedded import embedded_model_path
+    from agentrt.backends.hf import HFBackend
+    from agentrt.config import Settings
+
+    rows = []
+    scratch = Path(tempfile.mkdtemp(prefix="agentrt-bench-"))
+    try:
+        t = time.perf_counter()
+        fresh = embedded_model_path(scratch)
+        rows.append(("load: first conversion (GGUF -> fp32 folder)", f"{time.perf_counter() - t:.1f} s"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    path = embedded_model_path(Settings().models_dir)
+    t = time.perf_counter()
+    backend = HFBackend(path, threads=args.threads)
+    rows.append(("load: cached fp32 folder", f"{time.perf_counter() - t:.2f} s"))
+
+    # max_tokens is forced: stop=[] and a long prompt so every request produces `tokens` tokens
+    params = GenParams(max_tokens=args.tokens, logprobs=True)
+    prompts = [[Message("user", p)] for p in (PROMPTS * 4)[: args.requests]]
+    backend.chat_sync(prompts[0], GenParams(max_tokens=4))  # warm-up
+
+    t = time.perf_counter()
+    seq = [backend.chat_sync(p, params) for p in prompts]
+    seq_s = time.perf_counter() - t
+    seq_tokens = sum(c.usage.completion_tokens for c in seq)
+
+    async def concurrent():
+        return await asyncio.gather(*(backend.chat(p, params) for p in prompts))
+
+    t = time.perf_counter()
+    conc = asyncio.run(concurrent())
+    conc_s = time.perf_counter() - t
+    conc_tokens = sum(c.usage.completion_tokens for c in conc)
+    same = sum(a.choices[0].token_ids == b.choices[0].token_ids for a, b in zip(seq, conc))
+
+    seq_tps, conc_tps = seq_tokens / seq_s, conc_tokens / conc_s
+    rows += [
+        (f"sequential: {args.requests} x {args.tokens} tokens", f"{seq_tokens} tok in {seq_s:.1f} s = {seq_tps:.1f} tok/s"),
+        (f"batched: {args.requests} concurrent", f"{conc_tokens} tok in {conc_s:.1f} s = {conc_tps:.1f} tok/s"),
+        ("throughput ratio (target >= 3x)", f"{conc_tps / seq_tps:.2f}x"),
+        ("identical greedy outputs", f"{same}/{len(prompts)}"),
+        ("batcher: batches / forward passes / max rows",
+         f"{backend.stats.batches} / {backend.stats.forward_passes} / {backend.stats.max_batch_rows}"),
+        ("torch threads", str(args.threads)),
+    ]
+    table = Table(title="agentrt dynamic batcher (SmolLM2-135M fp32, CPU)")
+    table.add_column("measure")
+    table.add_column("value")
+    for r in rows:
+        table.add_row(*r)
+    Console().print(table)
+    backend.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Agent.run end to end on the real embedded model: routes, budget, trajectories."""
+
+import pytest
+
+from agentrt.errors import InputError
+from agentrt.trajectory import find_record
+
+pytestmark = pytest.mark.slow
+
+
+def test_direct_answer_with_usage_and_trajectory(agent):
+    r = agent.run("What is the capital of France?", budget=512)
+    assert "Paris" in r.answer
+    assert r.route == "direct" and not r.truncated
+    assert 0 < r.usage.total_tokens <= 512
+    rec = find_record(agent.writer.path, r.trajectory_id)
+    assert rec is not None and rec.answer == r.answer and rec.status == "ok"
+    call = [s for s in rec.steps if s["kind"] == "model_call"][0]
+    assert len(call["completion_token_ids"][0]) == len(call["completion_logprobs"][0]) > 0
+    assert rec.usage["total_tokens"] == r.usage.total_tokens == rec.budget["spent"]
+
+
+def test_reason_with_tiny_thinking_cap_still_answers_within_budget(agent):
+    r = agent.run("What is 12 + 30?", budget=400, route="reason", thinking_cap=10)
+    assert r.route == "reason" and r.answer
+    assert r.usage.total_tokens <= 400
+    rec = find_record(agent.writer.path, r.trajectory_id)
+    think, answer = [s for s in rec.steps if s["kind"] == "model_call"]
+    assert think["name"] == "think" and len(think["completion_token_ids"][0]) <= 10
+    # budget forcing: the thought is closed and the answer generated after it
+    assert "</think>" in answer["messages"][-1]["content"]
+    assert rec.thought is not None and rec.answer == r.answer
+
+
+def test_budget_exhaustion_returns_truncated_best_answer(agent):
+    r = agent.run("Why is the sky blue? Explain in detail.", budget=60, route="direct")
+    assert r.truncated and r.status == "truncated"
+    assert r.usage.total_tokens <= 60
+
+
+def test_every_budget_is_a_hard_bound(agent):
+    for budget in (45, 80, 150):
+        for route in ("direct", "reason"):
+            r = agent.run("Explain why 7 is a prime number.", budget=budget, route=route)
+            assert r.usage.total_tokens <= budget, (budget, route, r.usage)
+
+
+def test_bad_input_writes_no_trajectory(agent):
+    for kwargs in ({"budget": 0}, {"budget": 5}, {"route": "teleport"}):
+        with pytest.raises(InputError):
+            agent.run("hello", **kwargs)
+    with pytest.raises(InputError, match="empty"):
+        agent.run("   ")
+    with pytest.raises(InputError, match="context"):
+        agent.run("word " * 9000, budget=100000)
+    assert not agent.writer.path.exists()

@@ -1,0 +1,71 @@
+"""The real embedded model (SmolLM2-135M-Instruct, fp32, CPU) through the transformers backend."""
+
+import asyncio
+import json
+
+import pytest
+
+from agentrt.types import GenParams, Message
+
+pytestmark = pytest.mark.slow
+
+FRANCE = [Message("user", "What is the capital of France?")]
+
+
+def test_greedy_answer_is_paris_and_matches_generate(embedded):
+    import torch
+
+    c = embedded.chat_sync(FRANCE, GenParams(max_tokens=32))
+    assert "Paris" in c.text
+    assert c.finish_reason == "stop"
+    assert c.usage.prompt_tokens == len(c.prompt_token_ids) == embedded.count_tokens(FRANCE)
+    assert c.usage.completion_tokens == len(c.choices[0].token_ids) == len(c.choices[0].logprobs)
+    assert all(lp <= 0 for lp in c.choices[0].logprobs)
+    # Our decode loop gives exactly what transformers' own greedy generate gives.
+    ids = torch.tensor([c.prompt_token_ids])
+    ref = embedded.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=32, do_sample=False)
+    assert ref[0, ids.shape[1]:].tolist() == c.choices[0].token_ids
+
+
+def test_concurrent_requests_share_forward_passes(embedded):
+    """8 concurrent requests decode as one batch; each gets the same tokens it gets alone."""
+    questions = [f"Name a famous {x}." for x in ("river", "city", "painter", "song", "planet", "tree", "car", "poet")]
+    params = GenParams(max_tokens=12)
+    alone = [embedded.chat_sync([Message("user", q)], params).choices[0].token_ids for q in questions[:2]]
+    before = embedded.stats.forward_passes, embedded.stats.batches
+
+    async def all_at_once():
+        return await asyncio.gather(*(embedded.chat([Message("user", q)], params) for q in questions))
+
+    results = asyncio.run(all_at_once())
+    passes = embedded.stats.forward_passes - before[0]
+    batches = embedded.stats.batches - before[1]
+    assert batches <= 2 and embedded.stats.max_batch_rows >= 4
+    assert passes <= 2 * 12, f"{passes} forward passes for 8 x 12 tokens: requests did not share passes"
+    assert [r.choices[0].token_ids for r in results[:2]] == alone
+
+
+def test_max_tokens_stop_and_n_with_seed(embedded):
+    c = embedded.chat_sync(FRANCE, GenParams(max_tokens=3))
+    assert c.finish_reason == "length" and len(c.choices[0].token_ids) == 3
+    c = embedded.chat_sync(FRANCE, GenParams(max_tokens=32, stop=["Paris"]))
+    assert c.finish_reason == "stop" and "Paris" not in c.text
+    p = GenParams(max_tokens=16, temperature=1.0, n=3, seed=7)
+    a, b = embedded.chat_sync(FRANCE, p), embedded.chat_sync(FRANCE, p)
+    assert len(a.choices) == 3
+    assert [x.token_ids for x in a.choices] == [x.token_ids for x in b.choices]  # seeded
+    assert a.usage.completion_tokens == sum(len(x.token_ids) for x in a.choices)
+
+
+def test_prefill_continues_the_assistant_message(embedded):
+    msgs = FRANCE + [Message("assistant", "The capital of France is")]
+    c = embedded.chat_sync(msgs, GenParams(max_tokens=8))
+    assert c.text.strip().startswith("Paris")
+
+
+def test_structured_output_choice_and_json(embedded):
+    c = embedded.chat_sync(FRANCE, GenParams(max_tokens=8, choices=["direct", "reason", "plan"]))
+    assert c.text in {"direct", "reason", "plan"}
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    c = embedded.chat_sync(FRANCE, GenParams(max_tokens=48, json_schema=schema))
+    assert isinstance(json.loads(c.text)["answer"], str)
