@@ -4,7 +4,7 @@
 searchers use. Every model call goes through ``RunContext.call_model`` (so the budget is a hard bound)
 and every tool call is recorded as a step::
 
-    {"kind": "tool_call", "name", "args", "result" (truncated), "error", "step", "latency_s"}
+    ToolCallStep: {"kind": "tool_call", "name", "args", "result" (truncated), "error", "step", "latency_s", ...}
 
 Safety: only tools in ``allowed`` are shown to the model and executable. A call to any other tool (say
 a retrieved document told the model to "run python") becomes an error observation, never a call.
@@ -30,7 +30,7 @@ from agentrt.budget import Budget
 from agentrt.errors import BudgetExceeded, InputError
 from agentrt.protocols import ModelBackend
 from agentrt.run import RunContext
-from agentrt.trajectory import new_run_id
+from agentrt.trajectory import ToolCallStep, new_run_id
 from agentrt.types import GenParams, Message, as_messages
 from tools.base import Tool, ToolResult, execute
 from tools.calls import FINAL_ANSWER, ToolCall, call_schema, describe_tools, parse_tool_calls
@@ -94,7 +94,7 @@ async def run_tool_loop(
             last = step == max_steps - 1
             schema = final_only if (force_final or last) else full_schema
             params = GenParams(max_tokens=max_tokens, json_schema=schema)
-            completion = await ctx.call_model(name, history, params, budget=own_budget)
+            completion = await ctx.call_model(name, list(history), params, budget=own_budget)
             result.steps += 1
             text = completion.text.strip()
             history.append(Message("assistant", text))
@@ -154,11 +154,15 @@ async def _call(ctx: RunContext, call: ToolCall, tools: dict[str, Tool], step: i
         outcome = ToolResult(error=f"tool {call.name!r} is not available here (allowed: {allowed}, {FINAL_ANSWER})")
     else:
         outcome = await execute(tools[call.name], call.arguments)
-    ctx.record({
-        "kind": "tool_call", "name": call.name, "args": call.arguments if call.error is None else call.raw,
-        "result": outcome.output[:RESULT_CHARS_IN_STEP], "error": outcome.error, "step": step,
-        "truncated": outcome.truncated, "latency_s": round(time.perf_counter() - start, 4),
-    })
+    well_formed = call.error is None and isinstance(call.arguments, dict)
+    extra = {} if well_formed else {"raw": call.raw[:RESULT_CHARS_IN_STEP]}
+    ctx.record(ToolCallStep(
+        name=call.name, args=call.arguments if well_formed else {}, call_id=call.id or None,
+        result=outcome.output[:RESULT_CHARS_IN_STEP] if outcome.ok else None,
+        result_truncated=outcome.truncated or len(outcome.output) > RESULT_CHARS_IN_STEP,
+        error=outcome.error, latency_s=round(time.perf_counter() - start, 4),
+        t_start_s=round(start - ctx.started, 4), step=step, **extra,
+    ).model_dump())
     return outcome
 
 

@@ -224,7 +224,12 @@ def args_model_for(fn: Callable[..., Any], descriptions: dict[str, str]) -> type
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     """JSON schema of ``model`` with ``$ref``s inlined and titles dropped (small and grammar-friendly)."""
-    schema = model.model_json_schema()
+    return clean_schema(model.model_json_schema())
+
+
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Inline local ``$ref``s (``#/$defs/...``) and drop ``title`` keywords; objects become closed."""
+    schema = dict(schema)
     defs = schema.pop("$defs", {})
     return _clean(_inline(schema, defs, 0))
 

@@ -85,13 +85,17 @@ class SandboxResult:
         return f"{head}\n{self.output}{tail}".rstrip()
 
 
-def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
-    """Run ``code`` in the sandbox and wait for it (at most ``limits.wall_s`` seconds)."""
+def run_python(code: str, limits: SandboxLimits | None = None, *, namespaces: bool = True) -> SandboxResult:
+    """Run ``code`` in the sandbox and wait for it (at most ``limits.wall_s`` seconds).
+
+    ``namespaces=False`` skips the namespace layers (to exercise the audit-hook fallback).
+    """
     limits = limits or SandboxLimits()
     fallback_dir = tempfile.mkdtemp(prefix="agentrt-py-")
     status_r, status_w = os.pipe()
     cfg = {"cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb, "max_procs": limits.max_procs,
-           "disk_mb": limits.disk_mb, "status_fd": status_w, "fallback_dir": fallback_dir}
+           "disk_mb": limits.disk_mb, "status_fd": status_w, "fallback_dir": fallback_dir,
+           "namespaces": namespaces}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8", "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.Popen(

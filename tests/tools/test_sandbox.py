@@ -1,0 +1,137 @@
+"""The python tool's sandbox: each abuse is stopped with a clear observation, the parent is unharmed,
+and nothing written outside the sandbox's temp dir survives."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tools import execute
+from tools.python import SandboxLimits, make_python_tool, run_python
+
+LIMITS = SandboxLimits(cpu_s=1, wall_s=4, memory_mb=256, max_procs=8, max_output_chars=2000)
+FULL = {"netns", "pidns", "private-tmp", "readonly-root", "rlimits"}
+
+
+def _parent_state():
+    return (os.readlink("/proc/self/ns/net"), os.readlink("/proc/self/ns/mnt"), os.getuid(), os.getcwd(),
+            [resource.getrlimit(r) for r in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NPROC)])
+
+
+@pytest.fixture
+def parent_unharmed():
+    before = _parent_state()
+    yield
+    assert _parent_state() == before
+
+
+def run(code: str, **kw):
+    result = run_python(code, LIMITS, **kw)
+    return result, result.observation(LIMITS)
+
+
+def test_runs_code_and_reports_its_isolation(parent_unharmed):
+    result, text = run("import os\nprint(6 * 7, os.getcwd() == os.environ['HOME'] == os.environ['TMPDIR'])")
+    assert text == "exit code 0\n42 True"
+    assert FULL <= set(result.layers), result.layers  # this machine supports every namespace layer
+    result, text = run("raise ValueError('bad input')")
+    assert result.exit_code == 1 and text.splitlines()[0] == "exit code 1"
+    assert text.endswith("ValueError: bad input") and "_sandbox_child" not in text
+
+
+def test_infinite_loop_hits_the_cpu_limit(parent_unharmed):
+    result, text = run("while True:\n    pass")
+    assert result.stopped == "cpu"
+    assert text.startswith("stopped: CPU time limit of 1 s exceeded")
+
+
+def test_sleeping_forever_hits_the_wall_clock(parent_unharmed):
+    result, text = run("import time\nprint('started', flush=True)\ntime.sleep(600)")
+    assert result.stopped == "wall"
+    assert text == "stopped: wall-clock limit of 4 s exceeded; the process was killed\nstarted"
+
+
+def test_4gb_allocation_hits_the_memory_limit(parent_unharmed):
+    result, text = run("x = bytearray(4 * 1024**3)\nprint('allocated')")
+    assert result.stopped == "memory" and "allocated" not in text
+    assert text.startswith("stopped: memory limit of 256 MB reached")
+
+
+def test_fork_bomb_hits_the_process_limit(parent_unharmed):
+    result, text = run("import os\nwhile True:\n    os.fork()")
+    assert result.stopped == "procs", text
+    assert text.startswith("stopped: process limit of 8 reached (fork refused)")
+    assert "BlockingIOError" in text
+    # Every process of the bomb is gone (they ran as nobody inside a pid namespace that died).
+    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _uid(p) == 65534]
+    assert leftovers == []
+
+
+def _uid(proc: Path) -> int | None:
+    try:
+        for line in (proc / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def test_socket_connect_is_refused(parent_unharmed):
+    code = ("import socket\ns = socket.socket()\ns.settimeout(3)\n"
+            "s.connect(('127.0.0.1', 1))\nprint('connected')")
+    result, text = run(code)
+    assert result.stopped == "network" and "connected" not in text.splitlines()[-1]
+    assert text.startswith("stopped: network access is disabled in the python tool")
+    assert "Network is unreachable" in text
+
+
+def test_nothing_written_outside_survives(tmp_path, parent_unharmed):
+    tag = uuid.uuid4().hex
+    targets = [tmp_path / f"escape-{tag}", Path("/tmp") / f"escape-{tag}", Path("/var/tmp") / f"escape-{tag}",
+               Path("/dev/shm") / f"escape-{tag}", Path.cwd() / f"escape-{tag}"]
+    code = "import os\nfor p in %r:\n    try:\n        open(p, 'w').write('x')\n        print('wrote', p)\n" \
+           "    except OSError as e:\n        print('refused', p, e.errno)\n" \
+           "open('inside.txt', 'w').write('ok')\nprint(sorted(os.listdir('.')))" % [str(t) for t in targets]
+    result, text = run(code)
+    assert result.exit_code == 0, text
+    assert "['inside.txt']" in text
+    assert not any(t.exists() for t in targets)
+    # The sandbox's own temp dir is gone too: no agentrt-py-* dirs left by this run.
+    assert not [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("agentrt-py-*")
+                if p.stat().st_mtime > os.path.getmtime(tmp_path)]
+
+
+def test_output_is_truncated(parent_unharmed):
+    result, text = run("print('x' * 100_000)")
+    assert result.truncated and text.endswith("[output truncated]")
+    assert len(text) < LIMITS.max_output_chars + 100
+
+
+def test_fallback_audit_hook_when_namespaces_are_off(tmp_path, parent_unharmed):
+    """Without namespaces the audit hook refuses sockets, new processes and outside writes."""
+    outside = tmp_path / "fallback-escape"
+    code = ("import socket, os\n"
+            f"for action in (lambda: socket.socket(), lambda: os.fork(), lambda: open({str(outside)!r}, 'w')):\n"
+            "    try:\n        action()\n        print('allowed')\n"
+            "    except PermissionError as e:\n        print(e)\n"
+            "open('ok.txt', 'w').write('fine')\nprint('ok')")
+    result, text = run(code, namespaces=False)
+    assert "audit-hook" in result.layers and "netns" not in result.layers
+    assert "sandbox: network access is disabled in the python tool" in text
+    assert "sandbox: os.fork is disabled in the python tool" in text
+    assert "sandbox: writing outside the work directory is disabled" in text
+    assert "allowed" not in text and text.endswith("ok")
+    assert not outside.exists()
+
+
+def test_python_tool_wraps_the_sandbox():
+    py = make_python_tool(LIMITS)
+    assert py.name == "python" and set(py.parameters["properties"]) == {"code"}
+    outcome = asyncio.run(execute(py, {"code": "print(sum(range(10)))"}))
+    assert outcome.output == "exit code 0\n45"
