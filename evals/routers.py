@@ -1,0 +1,75 @@
+"""Routing policies the harness compares, by name.
+
+A policy turns an item into the ``route`` argument of ``Agent.arun`` (None = the Agent's own choice)
+and, when it has one, its predicted probability of success (for calibration). New routers plug in
+by adding a factory to ``ROUTERS`` (``"learned": "evals.my_router:build"``) — imported only when named.
+
+* ``fixed:ROUTE`` always takes ROUTE (direct, reason, ...): the per-action baselines the oracle uses.
+* ``rules`` lets the Agent decide (its built-in route choice).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentrt.errors import InputError
+from evals.suites import Item
+
+
+@dataclass(slots=True)
+class Choice:
+    route: str | None            # None: the Agent chooses
+    p_success: float | None = None
+
+
+class EvalRouter(Protocol):
+    name: str
+    fixed: bool                  # a fixed action: its runs feed the oracle
+
+    def choose(self, item: Item) -> Choice: ...
+
+
+@dataclass(slots=True)
+class FixedRouter:
+    route: str
+    name: str = ""
+    fixed: bool = True
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"fixed:{self.route}"
+
+    def choose(self, item: Item) -> Choice:
+        return Choice(self.route)
+
+
+@dataclass(slots=True)
+class RulesRouter:
+    name: str = "rules"
+    fixed: bool = False
+
+    def choose(self, item: Item) -> Choice:
+        return Choice(None)
+
+
+# name -> "module:factory" for routers that live elsewhere; factory(arg: str) -> EvalRouter.
+ROUTERS: dict[str, str] = {}
+
+
+def make_router(spec: str) -> EvalRouter:
+    """``fixed:direct`` | ``fixed:reason`` | ``rules`` | a name registered in ROUTERS (``name[:arg]``)."""
+    from agentrt.routes import ROUTE_FUNCTIONS
+
+    kind, _, arg = spec.partition(":")
+    if kind == "fixed":
+        if arg not in ROUTE_FUNCTIONS:
+            raise InputError(f"unknown route in router {spec!r}; choose fixed:{' | fixed:'.join(ROUTE_FUNCTIONS)}")
+        return FixedRouter(arg)
+    if spec == "rules":
+        return RulesRouter()
+    if kind in ROUTERS:
+        module, _, factory = ROUTERS[kind].partition(":")
+        return getattr(importlib.import_module(module), factory)(arg)
+    known = [f"fixed:{r}" for r in ROUTE_FUNCTIONS] + ["rules"] + sorted(ROUTERS)
+    raise InputError(f"unknown router {spec!r}; choose one of: {', '.join(known)}")
