@@ -37,6 +37,7 @@ class Settings(BaseModel):
     thinking_cap: int = Field(default=256, ge=0)
     answer_max_tokens: int = Field(default=128, ge=1)
     thinking_style: str = Field(default="auto", pattern="^(auto|native|prompted)$")
+    corpus: str = "default"  # the memory collection the plan route's searchers search
     allow_python: bool = False  # the python tool (sandboxed code execution) is off unless enabled
 
     @property

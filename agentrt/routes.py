@@ -8,7 +8,8 @@ closed with the end-of-thinking marker and the answer is generated from what rem
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from agentrt.run import RunContext
 from agentrt.types import GenParams, Message
@@ -28,6 +29,7 @@ MIN_THOUGHT_TOKENS = 8
 class RouteOutput:
     answer: str
     thought: str | None = None
+    citations: list[str] = field(default_factory=list)  # passage ids (the plan route)
 
 
 def split_thought(text: str) -> tuple[str | None, str]:
@@ -53,8 +55,16 @@ async def direct(ctx: RunContext, question: str) -> RouteOutput:
     return RouteOutput(answer, thought)
 
 
-async def reason(ctx: RunContext, question: str, thinking_cap: int | None = None) -> RouteOutput:
-    """Think (at most ``thinking_cap`` tokens), then answer from the remaining budget."""
+async def reason(ctx: RunContext, question: str, thinking_cap: int | None = None, *, samples: int = 1,
+                 verifier: Any = None) -> RouteOutput:
+    """Think (at most ``thinking_cap`` tokens), then answer from the remaining budget.
+
+    ``samples > 1``: that many samples in one batched call, selected by majority vote (or ``verifier``).
+    """
+    if samples > 1:
+        from agentrt.sampling import reason_samples
+
+        return await reason_samples(ctx, question, samples, thinking_cap=thinking_cap, verifier=verifier)
     cap = ctx.settings.thinking_cap if thinking_cap is None else thinking_cap
     native = _native_thinking(ctx)
     if native:
@@ -102,4 +112,11 @@ def _no_thinking(ctx: RunContext) -> dict:
     return {"enable_thinking": False} if _native_thinking(ctx) else {}
 
 
-ROUTE_FUNCTIONS = {"direct": direct, "reason": reason}
+async def plan(ctx: RunContext, question: str) -> RouteOutput:
+    """Plan-then-parallel-search (agentrt.workflow, imported only when this route runs: it needs LangGraph)."""
+    from agentrt.workflow import plan_route
+
+    return await plan_route(ctx, question)
+
+
+ROUTE_FUNCTIONS = {"direct": direct, "reason": reason, "plan": plan}

@@ -13,7 +13,7 @@ from agentrt.types import ROUTES
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="answer one question")
     p.add_argument("question")
-    p.add_argument("--route", choices=[r for r in ROUTES if r in ("direct", "reason")], help="skip the router")
+    p.add_argument("--route", choices=[r for r in ROUTES if r in ("direct", "reason", "plan")], help="skip the router")
     p.add_argument("--budget", type=int, help="token budget for the whole run (default 1024)")
     p.add_argument("--thinking-cap", type=int, help="max thinking tokens for the reason route")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")

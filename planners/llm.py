@@ -1,0 +1,111 @@
+"""A planner that asks a model for the plan, decoded under a JSON schema so it always parses.
+
+The schema bounds everything (at most ``max_fanout`` steps, short strings, step ids from a fixed
+list), so even SmolLM2-135M returns valid JSON every time. Its *judgment* is weak (duplicated steps,
+steps that repeat the question): ``check_quality`` and ``validate_plan`` catch that and the
+``fallback`` planner (rules) makes the plan instead. Planners never call a backend module: the
+caller passes ``complete(messages, params) -> Completion`` (the run's budgeted model call).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from agentrt.errors import BudgetExceeded
+from agentrt.types import Completion, GenParams, Message
+from planners.heuristic import HeuristicPlanner
+from planners.plan import Plan, PlanError, Step, check_quality, validate_plan
+
+Complete = Callable[[list[Message], GenParams], Awaitable[Completion]]
+
+PLANNER_SYSTEM = (
+    "You split a question into independent search sub-questions, one per fact to look up. "
+    "Reply with JSON. Use depends_on only when a sub-question needs another's answer."
+)
+
+
+def plan_schema(max_fanout: int) -> dict[str, Any]:
+    """The JSON schema the planner decodes under: bounded arrays and strings."""
+    ids = [f"s{i + 1}" for i in range(max_fanout)]
+    return {
+        "type": "object",
+        "properties": {
+            "steps": {
+                "type": "array", "minItems": 1, "maxItems": max_fanout,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string", "enum": ids},
+                        "question": {"type": "string", "minLength": 3, "maxLength": 120},
+                        "depends_on": {"type": "array", "maxItems": 2, "items": {"type": "string", "enum": ids}},
+                    },
+                    "required": ["id", "question", "depends_on"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+        "required": ["steps"],
+        "additionalProperties": False,
+    }
+
+
+class LLMPlanner:
+    """Model-made plans with a rule-based fallback. ``last_fallback`` says why the fallback was used."""
+
+    name = "llm"
+
+    def __init__(self, complete: Complete, *, max_fanout: int = 4, max_depth: int = 2, max_tokens: int = 160,
+                 fallback: HeuristicPlanner | None = None) -> None:
+        self.complete = complete
+        self.max_fanout = max_fanout
+        self.max_depth = max_depth
+        self.max_tokens = max_tokens
+        self.fallback = fallback or HeuristicPlanner(max_fanout=max_fanout, max_depth=max_depth)
+        self.last_fallback: str | None = None
+
+    def messages(self, question: str, hits: list[Any] | None = None) -> list[Message]:
+        context = ""
+        if hits:
+            lines = [f"- {_get(h, 'title')}: {str(_get(h, 'text'))[:160]}" for h in hits[:3]]
+            context = "Background:\n" + "\n".join(lines) + "\n\n"
+        return [Message("system", PLANNER_SYSTEM), Message("user", f"{context}Question: {question}")]
+
+    async def plan(self, question: str, hits: list[Any] | None = None) -> Plan:
+        """Ask the model; fall back to the rules when its plan is invalid or weak.
+
+        ``BudgetExceeded`` propagates (the run turns it into a truncated result)."""
+        params = GenParams(max_tokens=self.max_tokens, json_schema=plan_schema(self.max_fanout))
+        try:
+            completion = await self.complete(self.messages(question, hits), params)
+        except BudgetExceeded:
+            raise
+        plan, why = self.parse(completion.text, question)
+        if plan is not None:
+            self.last_fallback = None
+            return plan
+        self.last_fallback = why
+        fallback = await self.fallback.plan(question, hits)
+        return fallback.model_copy(update={"planner": f"{self.fallback.name} (fallback: {why})"})
+
+    def parse(self, text: str, question: str) -> tuple[Plan | None, str]:
+        """The model's plan if usable, else (None, why not)."""
+        try:
+            data = json.loads(text)
+            steps = [Step(id=s["id"], question=s["question"].strip(), depends_on=list(dict.fromkeys(s["depends_on"])))
+                     for s in data["steps"]]
+            plan = validate_plan(Plan(goal=question, steps=steps, planner=self.name),
+                                 max_fanout=self.max_fanout, max_depth=self.max_depth)
+        except (ValueError, KeyError, TypeError, ValidationError, PlanError) as e:
+            return None, f"invalid plan: {str(e).splitlines()[0][:120]}"
+        problems = check_quality(plan, question)
+        if problems:
+            return None, "; ".join(problems[:2])
+        return plan, ""
+
+
+def _get(hit: Any, key: str) -> Any:
+    return hit.get(key, "") if isinstance(hit, dict) else getattr(hit, key, "")
