@@ -16,6 +16,7 @@ from agentrt.errors import AgentrtError, UserError
 # Command modules, imported when the parser is built (they import heavy things lazily themselves).
 COMMAND_MODULES = [
     "agentrt.commands.run",
+    "agentrt.commands.memory",
     "agentrt.commands.eval",
 ]
 
