@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "agentrt.commands.run",
     "agentrt.commands.memory",
     "agentrt.commands.eval",
+    "agentrt.commands.export",
 ]
 
 

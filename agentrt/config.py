@@ -38,6 +38,7 @@ class Settings(BaseModel):
     answer_max_tokens: int = Field(default=128, ge=1)
     thinking_style: str = Field(default="auto", pattern="^(auto|native|prompted)$")
     corpus: str = "default"  # the memory collection the plan route's searchers search
+    memory_store: str | None = None  # vector store: a folder or http://HOST:PORT (default $AGENTRT_MEMORY, else home/memory)
     allow_python: bool = False  # the python tool (sandboxed code execution) is off unless enabled
 
     @property
