@@ -1,0 +1,80 @@
+"""Suite loading (the shipped files) and custom-suite validation: one line, the line number and field, exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrt.cli import main
+from agentrt.errors import InputError
+from evals.suites import DATA_DIR, SHIPPED, load_jsonl, load_suite
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_suites_load(name):
+    suite = load_suite(name)
+    assert len(suite.items) == 300
+    assert suite.source.startswith(str(DATA_DIR))
+    assert len({i.id for i in suite.items}) == 300
+    assert (DATA_DIR / "LICENSES.md").read_text().count(f"{name}.jsonl") == 1
+
+
+def test_shipped_data_is_small():
+    assert sum(p.stat().st_size for p in DATA_DIR.iterdir()) < 3_000_000
+
+
+def test_custom_suite_with_corpus(tmp_path):
+    (tmp_path / "passages.jsonl").write_text('{"id": "p1", "text": "Paris is the capital of France."}\n')
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [
+        {"id": 1, "question": "Capital of France?", "answers": ["Paris", "paris, france"], "type": "qa", "corpus": "passages.jsonl"},
+        {"id": "c", "question": "def f():\n", "type": "code", "tests": "def check(c):\n    assert c() == 1\n", "entry_point": "f"},
+        {"id": "i", "question": "say hi in lowercase", "type": "instruction", "instruction_id_list": ["change_case:english_lowercase"]},
+        {"id": "u", "question": "What am I thinking?", "type": "unanswerable"},
+    ]) + "\n")
+    suite = load_jsonl(path)
+    assert [i.verifier for i in suite.items] == ["qa", "unit_tests", "ifeval", "abstain"]
+    assert suite.items[0].corpus == str(tmp_path / "passages.jsonl")
+    assert suite.items[2].kwargs == [{}]
+
+
+BAD = [
+    ({"question": "q", "answer": "1", "type": "math"}, "missing field 'id'"),
+    ({"id": 1, "answer": "1", "type": "math"}, "missing field 'question'"),
+    ({"id": 1, "question": 5, "answer": "1", "type": "math"}, "field 'question' must be a non-empty string"),
+    ({"id": 1, "question": "q", "answer": "1", "type": "poetry"}, "field 'type' must be one of"),
+    ({"id": 1, "question": "q", "type": "math"}, "missing field 'answer'"),
+    ({"id": 1, "question": "q", "answers": "x", "type": "qa"}, "field 'answers' must be a non-empty list"),
+    ({"id": 1, "question": "q", "type": "code", "entry_point": "f"}, "missing field 'tests'"),
+    ({"id": 1, "question": "q", "type": "instruction", "instruction_id_list": ["a"], "kwargs": {}}, "field 'kwargs'"),
+    ({"id": 1, "question": "q", "answer": "1", "type": "qa", "corpus": "nope.jsonl"}, "field 'corpus' names"),
+    ({"id": 1, "question": "q", "answer": "1", "type": "qa", "verifier": "vibes"}, "field 'verifier'"),
+]
+
+
+@pytest.mark.parametrize("bad,message", BAD)
+def test_validation_error_names_line_and_field(tmp_path, capsys, bad, message):
+    path = tmp_path / "s.jsonl"
+    good = {"id": "ok", "question": "2+2?", "answer": "4", "type": "math"}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    code = main(["eval", "--suite", str(path), "--router", "fixed:direct", "--policy", "scripted:4", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1, err
+    assert f"{path}:2:" in err and message in err
+    assert not (tmp_path / "o").exists()  # rejected before anything ran
+
+
+def test_bad_json_duplicate_ids_unknown_suite_and_router(tmp_path, capsys):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"id": 1, "question": "q", "answer": "1", "type": "qa"}\n{"id": 1,\n')
+    with pytest.raises(InputError, match=r"s.jsonl:2: not valid JSON"):
+        load_jsonl(path)
+    path.write_text('{"id": 1, "question": "q", "answer": "1", "type": "qa"}\n' * 2)
+    with pytest.raises(InputError, match=r"s.jsonl:2: field 'id' '1' repeats"):
+        load_jsonl(path)
+    assert main(["eval", "--suite", "nosuch", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown suite 'nosuch'" in capsys.readouterr().err
+    assert main(["eval", "--suite", "gsm8k", "--router", "fixed:think", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown route in router 'fixed:think'" in capsys.readouterr().err
