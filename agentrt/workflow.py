@@ -193,14 +193,14 @@ class _Run:
         passages = [p for c in result.calls if c.get("name") == self.tool.name for p in parse_passages(c.get("result"))]
         finding = {"step": step["id"], "question": q, "answer": result.answer, "stopped": result.stopped,
                    "passages": passages, "tokens": budget.spent, "wall_s": round(time.perf_counter() - t0, 3)}
-        self.emit({"type": "searcher_done", "step": step["id"], "stopped": result.stopped})
+        self.emit({"type": "searcher_done", "step_id": step["id"], "stopped": result.stopped})
         if result.stopped == "budget" and not result.answer and not passages:
             return self._failed(step, q, "its budget ran out before it found anything")
         return {"findings": [finding]}
 
     def _failed(self, step: dict[str, Any], q: str, why: str) -> dict[str, Any]:
         self.ctx.record({"kind": "searcher_failed", "step": step["id"], "question": q, "error": why})
-        self.emit({"type": "searcher_failed", "step": step["id"], "error": why})
+        self.emit({"type": "searcher_failed", "step_id": step["id"], "error": why})
         return {"failed": [{"step": step["id"], "question": q, "error": why}]}
 
     async def reconvene(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -296,7 +296,7 @@ def make_planner(ctx: RunContext, opts: PlanOptions) -> Any:
     async def complete(messages: list[Message], params: GenParams) -> Any:
         return await ctx.call_model("plan", messages, params)
 
-    return LLMPlanner(complete, max_fanout=min(opts.max_fanout, 4), max_depth=opts.max_depth)
+    return LLMPlanner(complete, max_fanout=min(opts.max_fanout, 3), max_depth=opts.max_depth)
 
 
 def default_searcher(ctx: RunContext) -> Any:

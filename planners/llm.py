@@ -40,7 +40,7 @@ def plan_schema(max_fanout: int) -> dict[str, Any]:
                     "type": "object",
                     "properties": {
                         "id": {"type": "string", "enum": ids},
-                        "question": {"type": "string", "minLength": 3, "maxLength": 120},
+                        "question": {"type": "string", "minLength": 3, "maxLength": 80},
                         "depends_on": {"type": "array", "maxItems": 2, "items": {"type": "string", "enum": ids}},
                     },
                     "required": ["id", "question", "depends_on"],

@@ -1,0 +1,96 @@
+"""Plan schema, validation, rule-based decomposition and the LLM planner's fallback (no model needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from agentrt.types import Choice, Completion, GenParams, Message, Usage
+from planners import HeuristicPlanner, LLMPlanner, Plan, PlanError, Step, plan_schema, validate_plan
+
+
+def _plan(*steps: tuple[str, list[str]]) -> Plan:
+    return Plan(goal="g", steps=[Step(id=i, question=f"question {i}", depends_on=d) for i, d in steps])
+
+
+def test_valid_plan_levels_follow_dependencies():
+    plan = validate_plan(_plan(("s1", []), ("s2", []), ("s3", ["s1", "s2"])), max_depth=2)
+    assert [[s.id for s in level] for level in plan.levels()] == [["s1", "s2"], ["s3"]]
+
+
+@pytest.mark.parametrize("plan,kw,message", [
+    (_plan(("s1", ["s2"]), ("s2", ["s1"])), {}, "cycle"),
+    (_plan(("s1", ["s1"])), {}, "itself"),
+    (_plan(("s1", ["s9"])), {}, "unknown step"),
+    (_plan(*[(f"s{i}", []) for i in range(1, 6)]), {"max_fanout": 4}, "max_fanout=4"),
+    (_plan(("s1", []), ("s2", ["s1"]), ("s3", ["s2"])), {"max_depth": 2}, "3 levels deep"),
+    (_plan(("s1", []), ("s1", [])), {}, "repeat"),
+])
+def test_invalid_plans_raise_with_the_fix(plan, kw, message):
+    with pytest.raises(PlanError, match=message):
+        validate_plan(plan, **kw)
+
+
+def test_placeholder_must_be_a_dependency():
+    plan = Plan(goal="g", steps=[Step(id="s1", question="a"), Step(id="s2", question="who is {s1}?")])
+    with pytest.raises(PlanError, match="depends_on"):
+        validate_plan(plan)
+
+
+def test_budget_split_never_exceeds_total():
+    plan = Plan(goal="g", steps=[Step(id="s1", question="a", budget_share=0.3),
+                                 Step(id="s2", question="b", budget_share=0.7), Step(id="s3", question="c")])
+    split = plan.budget_split(1001)
+    assert sum(split.values()) <= 1001 and split["s3"] > split["s2"] > split["s1"]
+
+
+def test_heuristic_comparison_bridge_list_and_default():
+    h = HeuristicPlanner()
+    p = h.plan_sync("Which magazine was started first, Arthur's Magazine or First for Women?")
+    assert p.answer_choices == ["Arthur's Magazine", "First for Women"]
+    assert [s.question for s in p.steps] == ["Arthur's Magazine: Which magazine was started first?",
+                                            "First for Women: Which magazine was started first?"]
+    p = h.plan_sync("Were Scott Derrickson and Ed Wood of the same nationality?")
+    assert p.answer_choices == ["yes", "no"] and p.steps[0].question.startswith("Scott Derrickson:")
+    p = h.plan_sync("Who is the director of the film that starred Tom Hanks in 1994?")
+    assert [(s.question, s.depends_on) for s in p.steps] == [
+        ("What is the film that starred Tom Hanks in 1994?", []), ("Who is the director of {s1}?", ["s1"])]
+    p = h.plan_sync("Where were Alice Smith, Bob Jones and Carol King born?")
+    assert [s.question for s in p.steps] == ["Where were Alice Smith born?", "Where were Bob Jones born?",
+                                            "Where were Carol King born?"]
+    assert len(h.plan_sync("What is the capital of France?").steps) == 1
+
+
+def _completion(text: str) -> Completion:
+    return Completion([Choice(text, [1], None, "stop")], [1], Usage(1, 1))
+
+
+def _planner(reply: str) -> LLMPlanner:
+    async def complete(messages: list[Message], params: GenParams) -> Completion:
+        assert params.json_schema == plan_schema(3)
+        return _completion(reply)
+
+    return LLMPlanner(complete, max_fanout=3)
+
+
+def test_llm_planner_takes_a_good_plan():
+    reply = json.dumps({"steps": [{"id": "s1", "question": "When was Arthur's Magazine started?", "depends_on": []},
+                                  {"id": "s2", "question": "When was First for Women started?", "depends_on": []}]})
+    plan = asyncio.run(_planner(reply).plan("Which magazine was started first, Arthur's Magazine or First for Women?"))
+    assert plan.planner == "llm" and len(plan.steps) == 2
+
+
+@pytest.mark.parametrize("reply,why", [
+    (json.dumps({"steps": [{"id": "s1", "question": "what year", "depends_on": []},
+                           {"id": "s2", "question": "what year", "depends_on": []}]}), "repeats"),
+    (json.dumps({"steps": [{"id": "s1", "question": "abc", "depends_on": ["s2"]},
+                           {"id": "s2", "question": "def", "depends_on": ["s1"]}]}), "cycle"),
+    ('{"steps": [', "invalid plan"),
+])
+def test_llm_planner_falls_back_to_rules(reply, why):
+    planner = _planner(reply)
+    plan = asyncio.run(planner.plan("Which magazine was started first, Arthur's Magazine or First for Women?"))
+    assert why in planner.last_fallback and plan.planner.startswith("heuristic (fallback")
+    assert plan.answer_choices == ["Arthur's Magazine", "First for Women"]
