@@ -38,6 +38,7 @@ class Result:
     reason: str = ""
     trajectory_file: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    citations: list[str] = field(default_factory=list)  # passage ids the answer cites (plan route)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +52,7 @@ class Result:
             "trajectory_id": self.trajectory_id,
             "trajectory_file": self.trajectory_file,
             "timings": self.timings,
+            "citations": self.citations,
         }
 
 
@@ -126,7 +128,8 @@ class Agent:
         return Result(
             answer=output.answer, route=chosen, usage=Usage(**{k: record.usage[k] for k in ("prompt_tokens", "completion_tokens")}),
             budget=total, truncated=status == "truncated", trajectory_id=ctx.run_id, status=status,
-            thought=output.thought, reason=decision.reason if decision else "route given by the caller",
+            thought=output.thought, citations=list(output.citations),
+            reason=decision.reason if decision else "route given by the caller",
             trajectory_file=str(self.writer.path), timings=record.timings,
         )
 
