@@ -1,0 +1,75 @@
+"""Routers: decide how much thinking a request deserves.
+
+Specs: ``fixed:<action>``, ``rules``, ``self``, ``learned:PATH``, ``cascade``. Every router has
+``async decide(question, features, budget) -> RouteDecision``; ``make_router`` builds one from a spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrt.errors import ConfigError
+from agentrt.routing.decision import ACTIONS, RouteDecision, UtilityConfig, choose
+from agentrt.routing.features import extract
+
+__all__ = ["ACTIONS", "RouteDecision", "UtilityConfig", "choose", "extract", "make_router", "CascadeRouter"]
+
+ROUTER_SPECS = "fixed:<action>, rules, self, learned:PATH, cascade"
+
+
+class CascadeRouter:
+    """Run the cheapest promising route; the agent escalates when the answer's confidence is low.
+
+    Confidence is the mean token log-probability of the answer (``Settings.cascade_threshold``).
+    """
+
+    name = "cascade"
+    ladder = ("direct", "reason", "plan")
+
+    def __init__(self, settings: Any, cfg: UtilityConfig | None = None) -> None:
+        from agentrt.routing.rules import RulesRouter
+
+        self.rules = RulesRouter(settings, cfg)
+
+    async def decide(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:
+        d = await self.rules.decide(question, features, budget)
+        d.router = self.name
+        if d.action in self.ladder:
+            start = self.ladder.index(d.action)
+            # start from the cheapest rung unless the rules see a reason to skip it
+            start = 0 if d.action == "reason" and not (features["arithmetic"] or features["code"]) else start
+            d.action = self.ladder[start]
+            d.escalation = list(self.ladder[start + 1:])
+            d.probabilities = {a: float(a == d.action) for a in d.probabilities}
+            d.propensity = 1.0
+            d.reason = f"cascade: start with {d.action}, escalate to {' -> '.join(d.escalation) or 'nothing'} if unsure"
+        return d
+
+
+def make_router(spec: str, settings: Any, *, policy: Any = None, cfg: UtilityConfig | None = None) -> Any:
+    """Build the router a spec names; unknown specs raise ConfigError listing the valid ones."""
+    from agentrt.routing.rules import FixedRouter, RulesRouter
+
+    cfg = cfg or UtilityConfig(lam=getattr(settings, "router_lambda", 0.3),
+                               floors=dict(getattr(settings, "router_floors", {}) or {}),
+                               temperature=getattr(settings, "router_temperature", 0.0),
+                               epsilon=getattr(settings, "router_epsilon", 0.0))
+    kind, _, arg = spec.partition(":")
+    if kind == "fixed" and arg in ACTIONS:
+        return FixedRouter(arg, settings)
+    if kind == "rules" and not arg:
+        return RulesRouter(settings, cfg)
+    if kind == "cascade" and not arg:
+        return CascadeRouter(settings, cfg)
+    if kind == "self" and not arg:
+        from agentrt.routing.selfscore import SelfRouter
+
+        if policy is None:
+            raise ConfigError("the self router needs the policy backend")
+        return SelfRouter(policy, settings, cfg)
+    if kind == "learned" and arg:
+        from agentrt.routing.learned import LearnedRouter, RouterModel
+
+        model = RouterModel.load(arg)
+        return LearnedRouter(model, settings, cfg.model_copy(update={"actions": tuple(model.actions)}))
+    raise ConfigError(f"unknown router {spec!r}; use one of: {ROUTER_SPECS}")

@@ -1,0 +1,76 @@
+"""Transparent features of a request, shared by every router.
+
+Cheap by design (regexes and counts: well under a millisecond), so deciding costs nothing next to a
+model call. Optional signals come from callables the agent wires in: retrieval coverage of the
+private index and similar past runs from episodic memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+_ARITHMETIC = re.compile(r"\d\s*[-+*/x×^%]\s*\d|\bhow (many|much)\b|\bcalculate\b|\bsolve\b|\bsum\b|\bproduct\b|\bpercent", re.I)
+_CODE = re.compile(r"\bdef |\bfunction\b|\bpython\b|\bcode\b|\bimplement\b|```|\breturn\b", re.I)
+_MULTI_HOP = re.compile(
+    r"\bwhich (?:\w+ )*(?:was|is|came|were) (?:\w+ )*(?:first|older|younger|earlier|later|larger|longer|taller)\b"
+    r"|\bboth\b|\bcompare\b|\bthe (?:director|author|founder|father|mother|wife|husband|creator) of the\b"
+    r"|\bwho (?:directed|wrote|founded) the\b|,\s*\w+ or \w+", re.I)
+_MULTI_STEP = re.compile(r"\bstep by step\b|\bwhy\b|\bexplain\b|\bprove\b|\bderive\b", re.I)
+_INSTRUCTION = re.compile(r"\bwrite\b|\bat least \d+|\bat most \d+|\bwords?\b|\bparagraphs?\b|\bbullet", re.I)
+_AMBIGUOUS = re.compile(r"^\s*(?:what about|and|how about|it|this|that|they)\b|\b(?:it|this|that)\?\s*$", re.I)
+_UNKNOWABLE = re.compile(r"\b(?:tomorrow|next (?:year|week|month)|will .* win|lottery|my (?:password|name|age))\b", re.I)
+
+NUMERIC_FEATURES = (
+    "log_chars", "words", "numbers", "arithmetic", "code", "multi_hop", "multi_step", "instruction",
+    "ambiguous", "unknowable", "question_mark", "coverage", "past_success", "past_runs", "turn",
+)
+HASH_DIM = 128
+
+
+def extract(question: str, *, coverage: Callable[[str], float] | None = None,
+            similar_runs: Callable[[str], list[dict[str, Any]]] | None = None, turn: int = 0) -> dict[str, float]:
+    """Numeric features of ``question`` (names in ``NUMERIC_FEATURES``)."""
+    words = question.split()
+    f: dict[str, float] = {
+        "log_chars": math.log1p(len(question)),
+        "words": float(len(words)),
+        "numbers": float(len(re.findall(r"\d+(?:\.\d+)?", question))),
+        "arithmetic": float(bool(_ARITHMETIC.search(question))),
+        "code": float(bool(_CODE.search(question))),
+        "multi_hop": float(bool(_MULTI_HOP.search(question))),
+        "multi_step": float(bool(_MULTI_STEP.search(question))),
+        "instruction": float(bool(_INSTRUCTION.search(question))),
+        "ambiguous": float(len(words) <= 2 or bool(_AMBIGUOUS.search(question))),
+        "unknowable": float(bool(_UNKNOWABLE.search(question))),
+        "question_mark": float(question.strip().endswith("?")),
+        "coverage": float(coverage(question)) if coverage else 0.0,
+        "past_success": 0.0,
+        "past_runs": 0.0,
+        "turn": float(turn),
+    }
+    if similar_runs:
+        runs = similar_runs(question)
+        rewards = [r["reward"] for r in runs if r.get("reward") is not None]
+        f["past_runs"] = float(len(runs))
+        f["past_success"] = sum(rewards) / len(rewards) if rewards else 0.0
+    return f
+
+
+def hashed_words(question: str, dim: int = HASH_DIM) -> list[float]:
+    """A bag-of-words vector by the hashing trick: a stable, model-free question embedding."""
+    vec = [0.0] * dim
+    tokens = re.findall(r"[a-z0-9]+", question.lower())
+    for tok in tokens:
+        h = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=4).digest(), "little")
+        vec[h % dim] += 1.0 if (h >> 31) & 1 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+def vectorize(features: dict[str, float], question: str) -> list[float]:
+    """The learned router's input: the numeric features then the hashed question embedding."""
+    return [features.get(name, 0.0) for name in NUMERIC_FEATURES] + hashed_words(question)

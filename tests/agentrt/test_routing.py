@@ -1,0 +1,162 @@
+"""Routers: the utility rule, rules/cascade/self/learned routers, training from trajectories."""
+
+import json
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agentrt import Agent
+from agentrt.backends.scripted import ScriptedBackend
+from agentrt.config import Settings
+from agentrt.errors import ConfigError, InputError
+from agentrt.router import decide
+from agentrt.routing import UtilityConfig, choose, extract, make_router
+from agentrt.routing.learned import RouterModel
+from agentrt.routing.train import calibration, train_router
+from agentrt.trajectory import TrajectoryRecord, TrajectoryWriter, find_record, new_run_id
+
+
+def test_utility_rule_floors_budget_and_exploration():
+    p = {"direct": 0.5, "reason": 0.8, "abstain": 0.1}
+    t = {"direct": 100.0, "reason": 600.0, "abstain": 0.0}
+    d = choose("t", p, t, 1000, UtilityConfig(lam=0.3))
+    assert d.action == "reason" and d.propensity == 1.0
+    assert d.utility["reason"] == pytest.approx(0.8 - 0.3 * 0.6)
+    assert choose("t", p, t, 1000, UtilityConfig(lam=1.0)).action == "direct"  # tokens cost more
+    assert choose("t", p, t, 500, UtilityConfig()).action == "direct"  # reason does not fit the budget
+    assert choose("t", p, t, 1000, UtilityConfig(floors={"reason": 0.9, "direct": 0.9})).action == "abstain"
+    rng = random.Random(0)
+    picks = [choose("t", p, t, 1000, UtilityConfig(temperature=0.2), rng=rng) for _ in range(300)]
+    assert {d.action for d in picks} == {"direct", "reason", "abstain"}
+    for d in picks[:5]:
+        assert sum(d.probabilities.values()) == pytest.approx(1.0, abs=1e-4)
+        assert d.propensity == pytest.approx(d.probabilities[d.action], abs=1e-4)
+    eps = choose("t", p, t, 1000, UtilityConfig(epsilon=0.3), rng=rng)
+    assert min(eps.probabilities.values()) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("What is the capital of France?", {"direct"}),
+    ("What is 1234*5678?", {"reason"}),
+    ("it?", {"ask"}),
+    ("Who will win the lottery tomorrow?", {"abstain"}),
+    ("Which magazine was started first, Arthur's Magazine or First for Women?", {"reason", "plan"}),
+])
+def test_rules_router_decisions(question, expected):
+    d = decide(question)
+    assert d.action in expected, d.reason
+    assert set(d.p_success) == {"direct", "reason", "plan", "ask", "abstain"}
+    assert d.reason.startswith(d.action)
+
+
+def test_rules_decision_is_fast_and_recorded_with_its_propensity():
+    agent = Agent(policy=ScriptedBackend(["Paris"]))
+    r = agent.run("What is the capital of France?", budget=200)
+    rec = find_record(agent.writer.path, r.trajectory_id)
+    step = next(s for s in rec.steps if s["kind"] == "route_decision")
+    assert step["route"] == "direct" and step["propensity"] == 1.0 and step["router"] == "rules"
+    assert step["p_success"]["direct"] > 0 and "utility" in step
+
+
+def test_ask_and_abstain_routes():
+    agent = Agent(policy=ScriptedBackend(["Which city do you mean?"]))
+    assert agent.run("it?", budget=200).route == "ask"
+    r = agent.run("Who will win the lottery tomorrow?", budget=200)
+    assert r.route == "abstain" and r.answer == "I don't know." and r.usage.total_tokens == 0
+
+
+def test_cascade_escalates_when_unsure_and_keeps_answer_if_stronger_route_fails(agentrt_home):
+    backend = ScriptedBackend(["maybe Paris", "<think>hmm</think>", "Paris"])
+    agent = Agent(policy=backend, router="cascade", cascade_threshold=0.0)  # every answer counts as unsure
+    r = agent.run("What is the capital of France?", budget=2000)
+    rec = find_record(agent.writer.path, r.trajectory_id)
+    escalations = [s for s in rec.steps if s["kind"] == "escalation"]
+    assert escalations[0]["from"] == "direct" and escalations[0]["to"] == "reason"
+    assert r.route in ("reason", "plan") and r.answer and r.usage.total_tokens <= 2000
+    sure = Agent(policy=ScriptedBackend(["Paris"]), router="cascade")  # -0.1 per token: confident
+    assert sure.run("What is the capital of France?", budget=2000).route == "direct"
+
+
+def test_unknown_router_and_bad_router_files(tmp_path):
+    with pytest.raises(ConfigError, match="unknown router"):
+        make_router("oracle", Settings())
+    bad = tmp_path / "r.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="corrupt"):
+        make_router(f"learned:{bad}", Settings())
+    bad.write_text(json.dumps({"format": "agentrt-router", "version": 0}))
+    with pytest.raises(ConfigError, match="another agentrt version"):
+        make_router(f"learned:{bad}", Settings())
+    with pytest.raises(ConfigError, match="does not exist"):
+        make_router(f"learned:{tmp_path / 'missing.json'}", Settings())
+
+
+def _logged_runs(path, n=60, seed=0):
+    """Fixed-action runs with verifiable rewards: reason wins arithmetic, direct wins lookups (cheaper)."""
+    rng = random.Random(seed)
+    writer = TrajectoryWriter(path)
+    cities = ["Paris", "Rome", "Oslo", "Lima", "Cairo", "Tokyo", "Quito", "Bern"]
+    for i in range(n):
+        if i % 2:
+            q, good = f"What is {rng.randint(10, 99)} * {rng.randint(10, 99)}?", "reason"
+        else:
+            q, good = f"What is the capital city of country number {i} ({rng.choice(cities)})?", "direct"
+        for action, tokens in (("direct", 60), ("reason", 400)):
+            correct = float(rng.random() < (0.9 if action == good else 0.15))
+            writer.append(TrajectoryRecord(
+                run_id=new_run_id(), created_at=time.time(), question=q, route=action, steps=[], answer="x",
+                budget={"total": 1000, "spent": tokens}, usage={"total_tokens": tokens}, timings={},
+                status="ok", reward=correct))
+    return path / "trajectories.jsonl"
+
+
+def test_learned_router_trains_off_policy_and_beats_fixed_actions(tmp_path):
+    path = _logged_runs(tmp_path)
+    model = train_router([path], lam=0.3, holdout=0.5)
+    m = model.metrics
+    assert 0 <= m["ece"] <= 1 and 0 <= m["brier"] <= 1 and m["reliability"]
+    # the learned policy's estimated value beats always-direct and always-reason on held-out data
+    assert m["policy_value_dr"] > m["logged_policy_value"]
+    model.save(tmp_path / "router.json")
+    router = make_router(f"learned:{tmp_path / 'router.json'}", Settings())
+    import asyncio
+
+    math_q, fact_q = "What is 47 * 83?", "What is the capital city of country number 7 (Rome)?"
+    assert asyncio.run(router.decide(math_q, extract(math_q), 1000)).action == "reason"
+    assert asyncio.run(router.decide(fact_q, extract(fact_q), 1000)).action == "direct"
+    assert RouterModel.load(tmp_path / "router.json").actions.keys() == model.actions.keys()
+
+
+def test_train_router_cli(tmp_path):
+    path = _logged_runs(tmp_path, n=20)
+    out = subprocess.run([sys.executable, "-m", "agentrt.cli", "train-router", "--trajectories", str(path),
+                          "--out", str(tmp_path / "r.json")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "ECE" in out.stdout and (tmp_path / "r.json").is_file()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    out = subprocess.run([sys.executable, "-m", "agentrt.cli", "train-router", "--trajectories", str(empty),
+                          "--out", str(tmp_path / "r2.json")], capture_output=True, text=True)
+    assert out.returncode == 2 and "no trajectories with rewards" in out.stderr
+    with pytest.raises(InputError):
+        train_router([empty])
+
+
+def test_calibration_math():
+    c = calibration([0.9, 0.9, 0.1, 0.1], [1, 1, 0, 0])
+    assert c["ece"] == pytest.approx(0.1) and c["brier"] == pytest.approx(0.01)
+    assert calibration([0.5, 0.5], [1, 0])["ece"] == 0.0
+
+
+@pytest.mark.slow
+def test_self_router_scores_labels_with_the_embedded_model(agent):
+    r = agent.run("What is the capital of France?", budget=600, router="self")
+    rec = find_record(agent.writer.path, r.trajectory_id)
+    step = next(s for s in rec.steps if s["kind"] == "route_decision")
+    assert step["router"] == "self"
+    assert all(step["features"][f"label_logprob_{a}"] < 0 for a in ("direct", "reason", "plan", "ask", "abstain"))
+    assert rec.budget["spent"] > r.usage.total_tokens  # the scoring pass was charged to the budget
+    assert rec.budget["spent"] <= 600
