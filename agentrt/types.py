@@ -78,10 +78,11 @@ FinishReason = Literal["stop", "length", "error"]
 
 @dataclass(slots=True)
 class Choice:
-    """One sampled continuation."""
+    """One sampled continuation. ``token_ids`` / ``logprobs`` are None when the backend cannot
+    return them (e.g. an OpenAI-compatible server without token ids): missing, never invented."""
 
     text: str
-    token_ids: list[int]
+    token_ids: list[int] | None
     logprobs: list[float] | None
     finish_reason: FinishReason
 
@@ -95,6 +96,8 @@ class Completion:
     usage: Usage
     model: str = ""
     latency_s: float = 0.0
+    # What the backend had to do to serve it (failovers, retries); recorded in the trajectory step.
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def text(self) -> str:

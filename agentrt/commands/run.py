@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--route", choices=[r for r in ROUTES if r in ("direct", "reason", "plan")], help="skip the router")
     p.add_argument("--budget", type=int, help="token budget for the whole run (default 1024)")
     p.add_argument("--thinking-cap", type=int, help="max thinking tokens for the reason route")
-    p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    p.add_argument("--policy", help="policy backend spec: hf:embedded (default), vllm:embedded|DIR, openai:URL[,URL]#MODEL")
+    p.add_argument("--planner", help="planner backend spec (default: the policy's); same spec = one shared model")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_run)
 
@@ -29,7 +30,13 @@ def _agent(args: argparse.Namespace):
     from agentrt.agent import Agent
     from agentrt.config import load_settings
 
-    return Agent(load_settings(args.config, policy=getattr(args, "policy", None)))
+    from agentrt.backends import parse_spec
+
+    settings = load_settings(args.config, policy=getattr(args, "policy", None), planner=getattr(args, "planner", None))
+    for spec in (settings.policy, settings.planner):
+        if spec is not None:
+            parse_spec(spec)  # a bad spec is a one-line error now, not after loading the other model
+    return Agent(settings)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
