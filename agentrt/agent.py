@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
 from agentrt.budget import Budget
 from agentrt.config import Settings, ensure_writable_dir, load_settings
@@ -21,6 +21,10 @@ from agentrt.routes import ROUTE_FUNCTIONS, RouteOutput
 from agentrt.run import RunContext
 from agentrt.trajectory import TrajectoryRecord, TrajectoryWriter, new_run_id
 from agentrt.types import Message, Usage
+
+if TYPE_CHECKING:
+    from agentrt.events import Event
+    from agentrt.session import Session
 
 
 @dataclass
@@ -78,21 +82,33 @@ class Agent:
         return self._policy
 
     def run(self, question: str, *, budget: int | None = None, route: str | None = None,
-            thinking_cap: int | None = None) -> Result:
-        """Answer ``question`` within ``budget`` tokens (prompt + completion over all calls)."""
+            thinking_cap: int | None = None, **options: Any) -> Result:
+        """Answer ``question`` within ``budget`` tokens (prompt + completion over all calls).
+
+        ``options`` are ``arun``'s per-run overrides (policy, router, on_event, approve_plan, ask_user).
+        """
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.arun(question, budget=budget, route=route, thinking_cap=thinking_cap))
+            return asyncio.run(self.arun(question, budget=budget, route=route, thinking_cap=thinking_cap, **options))
         raise UserError("Agent.run() was called inside an event loop; use `await agent.arun(...)` there")
 
     async def arun(self, question: str, *, budget: int | None = None, route: str | None = None,
-                   thinking_cap: int | None = None) -> Result:
-        """The async form of ``run``."""
+                   thinking_cap: int | None = None, policy: ModelBackend | None = None,
+                   router: Callable[[str], Any] | None = None,
+                   on_event: Callable[[dict[str, Any]], None] | None = None,
+                   approve_plan: Callable[[dict[str, Any]], bool] | None = None,
+                   ask_user: Callable[[str], str] | None = None) -> Result:
+        """The async form of ``run``.
+
+        Per-run overrides: ``policy`` (a backend instead of the agent's), ``router`` (question ->
+        RouteStep, instead of the rule router), ``on_event`` (raw run events, see agentrt.events),
+        ``approve_plan`` / ``ask_user`` (callbacks the plan route and the ask_user tool consult).
+        """
         total = self.settings.budget if budget is None else budget
         self._validate(question, total, route, thinking_cap)
         ensure_writable_dir(self.settings.trajectory_dir, "trajectory directory")
-        policy = self.policy
+        policy = policy or self.policy
         prompt_tokens = policy.count_tokens([Message("user", question)])
         if prompt_tokens >= policy.context_length:
             raise InputError(
@@ -102,9 +118,17 @@ class Agent:
         if total <= prompt_tokens:
             raise InputError(f"budget {total} is smaller than the prompt ({prompt_tokens} tokens); use a budget of at least {prompt_tokens + 16}")
 
-        decision = decide(question) if route is None else None
+        decision = (router or decide)(question) if route is None else None
         chosen = route or decision.route  # type: ignore[union-attr]
-        ctx = RunContext(new_run_id(), question, Budget(total), policy, self.settings)
+        if self.settings.tracing != "none":
+            from agentrt.tracing import traced
+
+            on_event = traced(self.settings, on_event)
+        callbacks = {k: v for k, v in (("approve_plan", approve_plan), ("ask_user", ask_user)) if v}
+        ctx = RunContext(new_run_id(), question, Budget(total), policy, self.settings, on_event=on_event,
+                         callbacks=callbacks)
+        ctx.emit({"type": "run_started", "run_id": ctx.run_id, "question": question, "route": chosen,
+                  "budget": total, "model": policy.name, "metadata": ctx.metadata})
         if decision is not None:
             ctx.record(decision.model_dump())
         created = time.time()
@@ -154,7 +178,31 @@ class Agent:
             answer=output.answer, thought=output.thought,
             budget={"total": ctx.budget.total, "spent": ctx.budget.spent},
             usage=usage.to_dict(), timings={"wall_s": round(time.perf_counter() - ctx.started, 4)},
-            status=status, error=error,  # type: ignore[arg-type]
+            status=status, error=error, metadata=dict(ctx.metadata),  # type: ignore[arg-type]
         )
         self.writer.append(record)
+        ctx.emit({"type": "run_finished", "run_id": ctx.run_id, "status": status, "error": error,
+                  "usage": record.usage, "route": route, "answer": output.answer})
         return record
+
+    async def astream(self, question: str, **options: Any) -> AsyncIterator[Event]:
+        """Run ``question`` and yield typed events (agentrt.events) as they happen; the last is ``Answer``.
+
+        Takes ``arun``'s arguments. Closing the iterator early cancels the run (saved as cancelled).
+        """
+        from agentrt.events import astream
+
+        async for event in astream(self, question, **options):
+            yield event
+
+    def stream(self, question: str, **options: Any) -> Iterator[Event]:
+        """The synchronous form of ``astream`` (the run goes on in a helper thread)."""
+        from agentrt.events import stream
+
+        return stream(self, question, **options)
+
+    def session(self, *, history_share: float = 0.5, budget: int | None = None) -> Session:
+        """A multi-turn conversation: each turn sees the prior turns, within ``history_share`` of its budget."""
+        from agentrt.session import Session
+
+        return Session(self, history_share=history_share, budget=budget)

@@ -19,6 +19,8 @@ COMMAND_MODULES = [
     "agentrt.commands.memory",
     "agentrt.commands.eval",
     "agentrt.commands.export",
+    "agentrt.commands.chat",
+    "agentrt.commands.serve",
 ]
 
 

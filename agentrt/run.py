@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from agentrt.budget import Budget
 from agentrt.errors import BudgetExceeded
@@ -30,9 +30,32 @@ class RunContext:
     steps: list[dict[str, Any]] = field(default_factory=list)
     best_answer: str = ""
     started: float = field(default_factory=time.perf_counter)
+    # Front ends (stream, REPL, server, tracing) observe a run through this: called with a plain dict
+    # {"type": ..., ...} for every recorded step and around every model call. None: no overhead.
+    on_event: Callable[[dict[str, Any]], None] | None = None
+    # Copied into TrajectoryRecord.metadata (e.g. the OpenTelemetry trace id).
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # Caller hooks a route may use: "approve_plan" (plan dict -> bool), "ask_user" (question -> reply).
+    callbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     def record(self, step: dict[str, Any]) -> None:
         self.steps.append(step)
+        self.emit({"type": "step", "step": step})
+
+    def approve_plan(self, plan: dict[str, Any]) -> bool:
+        """Ask the caller's ``approve_plan`` callback (approved when there is none); emits plan_approved."""
+        hook = self.callbacks.get("approve_plan")
+        approved = True if hook is None else bool(hook(plan))
+        self.emit({"type": "plan_approved", "approved": approved, "plan": plan})
+        return approved
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Send ``event`` to ``on_event``; an observer's error never breaks the run."""
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:  # noqa: BLE001 - observers are best effort
+                pass
 
     async def call_model(
         self,
@@ -55,12 +78,15 @@ class RunContext:
         reservation = budget.reserve(prompt_tokens, params.max_tokens * n, min_tokens=min_tokens * n)
         t_start = time.perf_counter() - self.started
         params = dataclasses.replace(params, max_tokens=reservation.max_tokens // n)
+        self.emit({"type": "model_call_started", "name": name, "backend": backend.name,
+                   "prompt_tokens": prompt_tokens, "max_tokens": params.max_tokens})
         try:
             completion = await backend.chat(messages, params)
         except BaseException:
             budget.release(reservation)
             raise
         budget.charge(reservation, completion.usage.prompt_tokens, completion.usage.completion_tokens)
+        self.emit({"type": "budget", "total": self.budget.total, "spent": self.budget.spent})
         self.record(
             ModelCallStep(
                 name=name,

@@ -1,0 +1,34 @@
+"""``agentrt chat``: the terminal chat (see agentrt.repl)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("chat", help="chat with the agent in the terminal (/help inside)")
+    p.add_argument("--budget", type=int, help="token budget per turn (default 1024)")
+    p.add_argument("--route", help="force a route (default: the router decides)")
+    p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    p.add_argument("--approve-plans", action="store_true", help="ask before running each plan")
+    p.set_defaults(func=cmd_chat)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from agentrt.agent import Agent
+    from agentrt.config import load_settings
+    from agentrt.errors import InputError
+    from agentrt.repl import Repl
+    from agentrt.routes import ROUTE_FUNCTIONS
+
+    if args.budget is not None and args.budget <= 0:
+        raise InputError(f"--budget must be a positive number of tokens, got {args.budget}")
+    if args.route is not None and args.route not in ROUTE_FUNCTIONS:
+        raise InputError(f"unknown route {args.route!r}; choose one of: {', '.join(ROUTE_FUNCTIONS)}")
+    console = Console()
+    agent = Agent(load_settings(args.config, policy=args.policy))
+    with console.status(f"loading {agent.settings.policy} ..."):
+        agent.policy  # noqa: B018 - load before the first prompt
+    return Repl(agent, console=console, budget=args.budget, route=args.route, approve_plans=args.approve_plans).run()

@@ -1,0 +1,151 @@
+"""The OpenAI-compatible server, as a real subprocess on a free port, driven by the real `openai` client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTRT = str(Path(sys.executable).parent / "agentrt")
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("serve-home")
+    port = _free_port()
+    env = {**os.environ, "AGENTRT_HOME": str(home)}
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([AGENTRT, "serve", "--port", str(port), "--max-body", "20000"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, cwd=ROOT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {(home / 'server.log').read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("server did not become healthy")
+        time.sleep(0.5)
+    yield base, home
+    os.kill(proc.pid, signal.SIGTERM)  # by PID, never by name
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.close()
+
+
+def _records(home: Path) -> dict[str, dict]:
+    path = home / "trajectories" / "trajectories.jsonl"
+    return {r["run_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def test_models_and_health(server):
+    base, _ = server
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{base}/v1", api_key="unused")
+    assert [m.id for m in client.models.list().data] == ["agentrt"]
+    assert httpx.get(f"{base}/healthz").json()["status"] == "ok"
+
+
+def test_chat_completion_with_openai_client(server):
+    base, home = server
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{base}/v1", api_key="unused")
+    resp = client.chat.completions.create(
+        model="agentrt", messages=[{"role": "user", "content": "What is the capital of France?"}],
+        extra_body={"budget": 300, "route": "direct"})
+    assert resp.choices[0].message.content.strip()
+    extra = resp.model_extra["agentrt"]
+    assert extra["route"] == "direct"
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens <= 300
+    record = _records(home)[extra["trajectory_id"]]
+    assert record["answer"] == resp.choices[0].message.content
+    assert resp.id == f"chatcmpl-{extra['trajectory_id']}"
+
+
+def test_streaming_sse(server):
+    base, home = server
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{base}/v1", api_key="unused")
+    chunks = list(client.chat.completions.create(
+        model="agentrt", stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                  {"role": "user", "content": "Name a color."}], extra_body={"budget": 400, "route": "direct"}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.strip()
+    events = [c.model_extra["agentrt_event"]["type"] for c in chunks if c.model_extra.get("agentrt_event")]
+    assert events[0] == "run_started" and "step_started" in events and "budget" in events
+    finish = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish and finish[-1].model_extra["agentrt"]["route"] == "direct"
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens <= 400
+    record = _records(home)[finish[-1].model_extra["agentrt"]["trajectory_id"]]
+    assert "Hello!" in record["question"]  # the prior turn went in as context
+
+
+@pytest.mark.parametrize("body, status, words", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "bogus": 1}).encode(), 400, "bogus"),
+    (json.dumps({"messages": []}).encode(), 400, "messages"),
+    (json.dumps({"messages": [{"role": "assistant", "content": "hi"}]}).encode(), 400, "role 'user'"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "route": "nope"}).encode(), 400, "unknown route"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "budget": 3}).encode(), 400, "budget"),
+    (json.dumps({"messages": [{"role": "user", "content": "x" * 30000}]}).encode(), 413, "limit"),
+])
+def test_bad_input_is_4xx_with_a_message(server, body, status, words):
+    base, _ = server
+    r = httpx.post(f"{base}/v1/chat/completions", content=body, headers={"content-type": "application/json"},
+                   timeout=120)
+    assert r.status_code == status, r.text
+    assert words in r.json()["error"]["message"]
+
+
+def test_unknown_path_is_404_json(server):
+    base, _ = server
+    r = httpx.get(f"{base}/v1/nope")
+    assert r.status_code == 404 and r.json()["error"]["message"]
+
+
+def test_32_concurrent_openai_clients(server):
+    base, home = server
+    from openai import OpenAI
+
+    def ask(i: int) -> str:
+        client = OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=600, max_retries=0)
+        resp = client.chat.completions.create(
+            model="agentrt", messages=[{"role": "user", "content": f"Say the number {i}."}],
+            max_tokens=16, extra_body={"budget": 120, "route": "direct"})
+        return resp.model_extra["agentrt"]["trajectory_id"]
+
+    with ThreadPoolExecutor(32) as pool:
+        ids = list(pool.map(ask, range(32)))
+    assert len(set(ids)) == 32
+    records = _records(home)
+    assert all(records[i]["status"] in ("ok", "truncated") for i in ids)
