@@ -35,13 +35,13 @@ def default_location() -> str:
 
 
 def resolve_location(settings_or_path: Any = None) -> str:
-    """A store location from a path/URL string, a Settings-like object (``memory_store`` or
-    ``home``), or None (the default)."""
+    """A store location from a path/URL string, a Settings-like object (its ``memory_store``, else
+    ``$AGENTRT_MEMORY``, else ``home``/memory), or None (the default)."""
     if settings_or_path is None:
         return default_location()
     if isinstance(settings_or_path, (str, Path)):
         return str(settings_or_path)
-    loc = getattr(settings_or_path, "memory_store", None)
+    loc = getattr(settings_or_path, "memory_store", None) or os.environ.get("AGENTRT_MEMORY")
     if loc:
         return str(loc)
     home = getattr(settings_or_path, "home", None)

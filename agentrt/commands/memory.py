@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", nargs="?", help="a file or folder of .txt/.md/.jsonl files")
     p.add_argument("--hotpotqa", action="store_true", help="index the pooled HotpotQA dev corpus (CC BY-SA 4.0)")
     p.add_argument("--limit", type=int, help="with --hotpotqa: only the paragraphs of the first N questions")
-    p.add_argument("--collection", help="collection name (default: hotpotqa for --hotpotqa, else corpus)")
-    p.add_argument("--store", help="store folder or http://HOST:PORT (default $AGENTRT_HOME/memory)")
+    p.add_argument("--collection", help="collection name (default: hotpotqa for --hotpotqa, else default)")
+    p.add_argument("--store", help="store folder or http://HOST:PORT (default: setting memory_store, $AGENTRT_MEMORY, $AGENTRT_HOME/memory)")
     p.set_defaults(func=cmd_index)
 
     s = sub.add_parser("search", help="hybrid (BM25 + vector) search of an indexed collection")
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--collection", help="collection name (default: the one last indexed)")
     s.add_argument("-k", type=int, default=10, help="number of hits (default 10)")
     s.add_argument("--mode", choices=["hybrid", "vector", "bm25"], default="hybrid")
-    s.add_argument("--store", help="store folder or http://HOST:PORT (default $AGENTRT_HOME/memory)")
+    s.add_argument("--store", help="store folder or http://HOST:PORT (default: setting memory_store, $AGENTRT_MEMORY, $AGENTRT_HOME/memory)")
     s.add_argument("--json", action="store_true", help="print hits as JSON lines")
     s.set_defaults(func=cmd_search)
 
@@ -39,8 +39,7 @@ def _location(args: argparse.Namespace) -> str:
 
     if args.store:
         return args.store
-    settings = load_settings(args.config)
-    return resolve_location(getattr(settings, "memory_store", None) or Path(settings.home) / "memory")
+    return resolve_location(load_settings(args.config))
 
 
 def _last_file(location: str) -> Path | None:
@@ -59,7 +58,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if bool(args.path) == bool(args.hotpotqa):
         raise ConfigError("give either a PATH to index or --hotpotqa (see: agentrt index --help)")
     loc = _location(args)
-    name = args.collection or ("hotpotqa" if args.hotpotqa else "corpus")
+    name = args.collection or ("hotpotqa" if args.hotpotqa else "default")
     if args.hotpotqa:
         chunks, files = hotpotqa_chunks(limit=args.limit), 1
     else:

@@ -88,20 +88,30 @@ def mem_store():
     return open_store(EPHEMERAL, f"unit-{next(_names)}")
 
 
-RARE = "Maintenance log: valve QZX-4471 was swapped during the spring shutdown of the plant."
+RARE = (
+    "The committee met on Tuesday to discuss the budget for the new library wing, the parking rules and "
+    "the summer reading schedule; the minutes were filed as 7QX9ZK."
+)
+DECOYS = [
+    "Ticket 9XZ4QP was closed.", "Order AB12CD shipped; tracking KQ7Z3X.", "Serial number ZX81-QQ7.",
+    "Part 7QA-X9K1 is out of stock.", "Voucher code QZ9X7K expires soon.",
+]
 PARAPHRASE = "The feline dozed on the rug for the whole afternoon."
 
 
 @pytest.fixture(scope="session")
 def small_corpus(tmp_path_factory: pytest.TempPathFactory):
-    """~300 real HotpotQA paragraphs plus two planted passages, in an embedded store (built once)."""
+    """~120 real HotpotQA paragraphs, two planted passages and a few short code-like decoys, in an embedded store (built once)."""
     from memory.corpus import open_corpus
     from memory.ingest import hotpotqa_chunks, ingest, make_chunk
 
     path = tmp_path_factory.mktemp("corpus") / "memory"
     corpus = open_corpus(path, "small", create=True)
-    chunks = hotpotqa_chunks(limit=30)
-    chunks += [make_chunk("Plant notes", RARE, "planted"), make_chunk("Pets", PARAPHRASE, "planted")]
+    chunks = hotpotqa_chunks(limit=12)
+    chunks += [make_chunk("Committee minutes", RARE, "planted"), make_chunk("Pets", PARAPHRASE, "planted")]
+    # Decoys: short texts full of codes sit closer to a bare code query in vector space than RARE
+    # does, while BM25 matches only the exact token.
+    chunks += [make_chunk("Codes", t, "decoy") for t in DECOYS]
     ingest(corpus.store, chunks)
     corpus.invalidate()
     return corpus
