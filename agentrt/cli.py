@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "agentrt.commands.export",
     "agentrt.commands.chat",
     "agentrt.commands.serve",
+    "agentrt.commands.tools",
 ]
 
 

@@ -197,3 +197,19 @@ def tools_for_route(route: str, tools: list[Tool], settings: Any) -> list[Tool]:
     from tools.policy import allowed_tools
 
     return allowed_tools(route, tools, allow_python=bool(getattr(settings, "allow_python", False)))
+
+
+def builtin_tools(settings: Any) -> list[Tool]:
+    """The tools that need no corpus or store: calculator, ask_user (ends the turn), and python when
+    ``settings.allow_python`` (search/fetch/memory need a searcher or store: build them with
+    ``tools.search.make_search_tool`` etc.)."""
+    from tools.ask_user import make_ask_user_tool
+    from tools.calculator import calculator
+
+    tools = [calculator, make_ask_user_tool()]
+    if getattr(settings, "allow_python", False):
+        from tools.python import make_python_tool
+
+        tools.append(make_python_tool())
+    return tools
+

@@ -1,0 +1,81 @@
+"""search / fetch / memory_read / memory_write over plain callables and a tiny in-test store."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from agentrt.errors import InputError
+from tools import execute
+from tools.fetch import make_fetch_tool
+from tools.memory import make_memory_tools
+from tools.search import make_search_tool
+
+
+@dataclass
+class Hit:
+    id: str
+    title: str
+    text: str
+    score: float
+
+
+DOCS = {"d1": Hit("d1", "Paris", "Paris is the capital   of France.", 0.91),
+        "d2": Hit("d2", "Lyon", "Lyon is a city in France. " * 50, 0.42)}
+
+
+def searcher(query: str, k: int) -> list:
+    return [h for h in DOCS.values() if any(w.lower() in h.text.lower() for w in query.split())][:k]
+
+
+def run(tool, args):
+    return asyncio.run(execute(tool, args))
+
+
+def test_search_returns_ids_titles_scores_for_citation():
+    search = make_search_tool(searcher, passage_chars=40)
+    out = run(search, {"query": "france", "k": 2}).output
+    first, second = out.split("\n\n")
+    assert first == "[d1] Paris (score 0.910)\nParis is the capital of France."
+    assert second.startswith("[d2] Lyon (score 0.420)\nLyon is a city") and second.endswith("…")
+    assert run(search, {"query": "tokyo"}).output == "no results"
+    assert run(search, {"query": "  "}).error == "the query is empty; pass a few words to search for"
+    dict_hits = make_search_tool(lambda q, k: [{"id": 7, "title": "T", "text": "x", "score": None}])
+    assert run(dict_hits, {"query": "x"}).output == "[7] T\nx"
+    with pytest.raises(InputError):
+        make_search_tool("not callable")  # type: ignore[arg-type]
+
+
+def test_fetch_by_id():
+    fetch = make_fetch_tool(DOCS.get, max_chars=40)
+    assert run(fetch, {"doc_id": "[d1]"}).output == "[d1] Paris\nParis is the capital   of France."
+    assert run(fetch, {"doc_id": "d2"}).output.endswith(" [truncated]")
+    assert run(fetch, {"doc_id": "nope"}).error == "no document with id 'nope'; use an id from a search result"
+
+
+class NoteStore:
+    def __init__(self):
+        self.notes: list[tuple[str, dict]] = []
+
+    def add(self, text, metadata):
+        self.notes.append((text, metadata))
+        return f"note-{len(self.notes)}"
+
+    def search(self, query, k):
+        return [{"id": f"note-{i + 1}", "title": "", "text": t, "score": 1.0}
+                for i, (t, _) in enumerate(self.notes) if query.lower() in t.lower()][:k]
+
+
+def test_memory_read_write_roundtrip():
+    store = NoteStore()
+    read, write = make_memory_tools(store, max_note_chars=50)
+    assert (read.name, write.name) == ("memory_read", "memory_write")
+    assert run(write, {"note": "The user prefers metric units."}).output == "saved as note-1"
+    assert store.notes[0][1] == {"source": "agent"}
+    assert run(read, {"query": "metric"}).output == "[note-1] (score 1.000)\nThe user prefers metric units."
+    assert run(write, {"note": "x" * 51}).error.startswith("the note is longer than 50")
+    assert run(write, {"note": " "}).error == "the note is empty"
+    with pytest.raises(InputError):
+        make_memory_tools(object())  # type: ignore[arg-type]
