@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,14 +57,19 @@ def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def toy_arithmetic_rows(n: int = 16, seed: int = 0) -> list[dict[str, Any]]:
-    """A small verifiable task the 135M model sometimes gets right (so GRPO has a signal): one-digit sums."""
-    rng = random.Random(seed)
+_CAPITALS = [("France", "Paris"), ("Italy", "Rome"), ("Japan", "Tokyo"), ("Germany", "Berlin"), ("Spain", "Madrid"),
+             ("England", "London"), ("Russia", "Moscow"), ("Egypt", "Cairo")]
+
+
+def toy_capital_rows(n: int = 8) -> list[dict[str, Any]]:
+    """A small verifiable task with a graded reward (token F1, ``qa`` verifier): the 135M model knows the
+    capitals but wraps them in sentences of varying length, so rollouts differ in reward and GRPO has
+    a signal (a 0/1 task it always fails gives zero advantages and no update)."""
     rows = []
-    for _ in range(n):
-        a, b = rng.randint(1, 5), rng.randint(1, 4)
-        rows.append({"prompt": [{"role": "user", "content": f"What is {a} + {b}? Reply with the number only."}],
-                     "answer": f"#### {a + b}", "verifier": "numeric"})
+    for i in range(n):
+        country, city = _CAPITALS[i % len(_CAPITALS)]
+        rows.append({"prompt": [{"role": "user", "content": f"What is the capital of {country}?"}],
+                     "answer": city, "verifier": "qa"})
     return rows
 
 
@@ -101,12 +105,15 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
         out = []
         for i, completion in enumerate(completions):
             text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
-            name = (verifier[i] if verifier else None) or "numeric"
+            name = verifier[i] if verifier else "qa"
             out.append(rewards.score(name, text, answer[i]).score)
         return out
 
-    columns = {"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows],
-               "verifier": [r.get("verifier") or "numeric" for r in rows]}
+    names = [r.get("verifier") or rewards.verifier_for(r.get("data_source") or "") for r in rows]
+    if None in names:
+        raise InputError(f"row {names.index(None)} has no verifier and an unknown data_source; "
+                         f"set its 'verifier' column to one of: {', '.join(rewards.VERIFIERS)}")
+    columns = {"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows], "verifier": names}
     config = GRPOConfig(
         output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=batch_size,
         num_generations=num_generations, max_completion_length=max_completion_length, use_vllm=False,

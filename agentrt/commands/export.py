@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     t = sub.add_parser("train-policy", help="train the policy from exported data (GRPO with TRL, CPU)")
     t.add_argument("--grpo", action="store_true", required=True, help="use GRPO (the only method for now)")
-    t.add_argument("--data", help="a trl-prompts export (.parquet/.jsonl); default: a built-in toy arithmetic task")
+    t.add_argument("--data", help="a trl-prompts export (.parquet/.jsonl); default: a built-in toy task (capitals, F1 reward)")
     t.add_argument("--out", default=None, help="output folder for the trainer (default: $AGENTRT_HOME/grpo)")
     t.add_argument("--steps", type=int, default=2)
     t.add_argument("--num-generations", type=int, default=4)
@@ -78,9 +78,9 @@ def _report_continuity(records) -> None:
 
 def cmd_train_policy(args: argparse.Namespace) -> int:
     from agentrt.config import load_settings
-    from agentrt.grpo import read_prompt_rows, toy_arithmetic_rows, train_grpo
+    from agentrt.grpo import read_prompt_rows, toy_capital_rows, train_grpo
 
-    rows = read_prompt_rows(args.data) if args.data else toy_arithmetic_rows()
+    rows = read_prompt_rows(args.data) if args.data else toy_capital_rows()
     out = args.out or str(load_settings(args.config).home / "grpo")
     report = train_grpo(rows, out, model_dir=args.model_dir, steps=args.steps, num_generations=args.num_generations,
                         batch_size=args.batch_size, max_completion_length=args.max_completion_length,
