@@ -245,17 +245,27 @@ async def run_one(agent: Any, capture: _Capture, task: Task, config: EvalConfig)
             "latency_s": round(latency, 4), "trajectory_id": result.trajectory_id}
 
 
-def evaluate(config: EvalConfig, *, agent: Any = None, progress: bool = False) -> dict[str, Any]:
-    """Run (or resume) an eval and write its reports; returns the metrics (as in report.json)."""
-    from evals.metrics import compute
-    from evals.report import write_reports
+def validate(config: EvalConfig) -> tuple[list[EvalRouter], list[Suite]]:
+    """Check the numbers, build the routers and load the suites (before any model loads)."""
     from evals.routers import make_router
     from evals.suites import load_suite
 
-    if config.samples < 1 or config.workers < 1 or config.budget < 1 or (config.limit is not None and config.limit < 1):
-        raise InputError("--samples, --workers, --budget and --limit must be positive integers")
-    routers = [make_router(r) for r in dict.fromkeys(config.routers)]
-    suites = [load_suite(s) for s in config.suites]
+    for name in ("samples", "workers", "budget", "limit"):
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InputError(f"--{name} must be a positive integer, got {value!r}")
+    return [make_router(r) for r in dict.fromkeys(config.routers)], [load_suite(s) for s in config.suites]
+
+
+def evaluate(config: EvalConfig, *, agent: Any = None, progress: bool = False, executor: Any = None) -> dict[str, Any]:
+    """Run (or resume) an eval and write its reports; returns the metrics (as in report.json).
+
+    ``executor``: where the runs happen (``agentrt.executors``; default: asyncio workers in this process).
+    """
+    from evals.metrics import compute
+    from evals.report import write_reports
+
+    routers, suites = validate(config)
     if agent is None:
         from agentrt import Agent, load_settings
 
@@ -263,7 +273,7 @@ def evaluate(config: EvalConfig, *, agent: Any = None, progress: bool = False) -
     config.policy = config.policy or agent.settings.policy
     tasks = plan_tasks(suites, routers, config.samples, config.limit)
     started = time.perf_counter()
-    records = asyncio.run(_with_progress(agent, tasks, config, progress))
+    records = asyncio.run(_with_progress(agent, tasks, config, progress, executor))
     keys = {t.key for t in tasks}
     records = [r for r in records if r["key"] in keys]  # a resumed dir may hold more (a larger --limit before)
     metrics = compute(records)
@@ -278,9 +288,11 @@ def evaluate(config: EvalConfig, *, agent: Any = None, progress: bool = False) -
     return {"meta": meta, **metrics}
 
 
-async def _with_progress(agent: Any, tasks: list[Task], config: EvalConfig, progress: bool) -> list[dict[str, Any]]:
+async def _with_progress(agent: Any, tasks: list[Task], config: EvalConfig, progress: bool,
+                         executor: Any = None) -> list[dict[str, Any]]:
+    run = executor.run_tasks if executor is not None else run_tasks
     if not progress:
-        return await run_tasks(agent, tasks, config)
+        return await run(agent, tasks, config)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -297,4 +309,4 @@ async def _with_progress(agent: Any, tasks: list[Task], config: EvalConfig, prog
             score["n"] += 1
             bar.update(task_id, advance=1, acc=f"{score['sum'] / score['n']:.3f}")
 
-        return await run_tasks(agent, tasks, config, on_result=on_result)
+        return await run(agent, tasks, config, on_result=on_result)

@@ -25,28 +25,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
     p.add_argument("--out", required=True, help="output folder (results.jsonl, report.md/json, PNGs); reused to resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from agentrt.executors import add_executor_args
+
+    add_executor_args(p)  # --executor local|ray, --ray-address, --actors, --max-inflight
     p.set_defaults(func=cmd_eval)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentrt.agent import Agent
     from agentrt.config import load_settings
-    from evals.runner import EvalConfig, evaluate
+    from evals.runner import EvalConfig, evaluate, validate
 
     config = EvalConfig(suites=args.suite, routers=args.router or ["fixed:direct", "fixed:reason", "rules"],
                         budget=args.budget, limit=args.limit, samples=args.samples, workers=args.workers,
                         seed=args.seed, out=args.out)
-    # Validate suites/routers before loading the model: bad input fails in well under a second.
-    from evals.routers import make_router
-    from evals.suites import load_suite
-
-    for r in config.routers:
-        make_router(r)
-    for s in config.suites:
-        load_suite(s)
+    validate(config)  # bad input fails before the model loads
     agent = Agent(load_settings(args.config, policy=args.policy))
     config.policy = agent.settings.policy
-    report = evaluate(config, agent=agent, progress=not args.no_progress and sys.stderr.isatty())
+    from agentrt.executors import executor_from_args
+
+    executor = executor_from_args(args)
+    try:
+        report = evaluate(config, agent=agent, progress=not args.no_progress and sys.stderr.isatty(), executor=executor)
+    finally:
+        executor.close()
     for name, per_suite in report["policies"].items():
         m = per_suite["all"]
         print(f"{name:>16}  accuracy {m['accuracy']:.3f}  tokens {m['total_tokens'] or 0:.0f}  items {m['items']}")

@@ -78,3 +78,10 @@ def test_bad_json_duplicate_ids_unknown_suite_and_router(tmp_path, capsys):
     assert "unknown suite 'nosuch'" in capsys.readouterr().err
     assert main(["eval", "--suite", "gsm8k", "--router", "fixed:think", "--out", str(tmp_path / "o")]) == 2
     assert "unknown route in router 'fixed:think'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--samples", "--workers", "--budget", "--limit"])
+def test_non_positive_numbers_are_rejected(tmp_path, capsys, flag):
+    code = main(["eval", "--suite", "gsm8k", flag, "0", "--policy", "scripted:4", "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert f"{flag} must be a positive integer" in capsys.readouterr().err
