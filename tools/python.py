@@ -189,7 +189,8 @@ def _classify(returncode: int | None, status: dict, output: str, truncated: bool
     result.signal = sig
     result.exit_code = status.get("exit_code", returncode if returncode is not None and returncode >= 0 else None)
     lowered = output.lower()
-    if "blockingioerror" in lowered and ("fork" in lowered or "popen" in lowered or "spawn" in lowered):
+    forked = any(w in lowered for w in ("fork", "popen", "spawn"))
+    if forked and ("blockingioerror" in lowered or "sandbox: os." in lowered or "sandbox: subprocess" in lowered):
         result.stopped = "procs"  # a fork bomb churns until the wall clock; name the real cause
     elif timed_out:
         result.stopped = "wall"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -30,6 +31,15 @@ def parent_unharmed():
     assert _parent_state() == before
 
 
+def _namespaces_allowed() -> bool:
+    """Can this process make a network namespace (what the sandbox tries first)?"""
+    cmd = ["unshare", "-n", "true"] if os.getuid() == 0 else ["unshare", "-rn", "true"]
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def run(code: str, **kw):
     result = run_python(code, LIMITS, **kw)
     return result, result.observation(LIMITS)
@@ -38,7 +48,10 @@ def run(code: str, **kw):
 def test_runs_code_and_reports_its_isolation(parent_unharmed):
     result, text = run("import os\nprint(6 * 7, os.getcwd() == os.environ['HOME'] == os.environ['TMPDIR'])")
     assert text == "exit code 0\n42 True"
-    assert FULL <= set(result.layers), result.layers  # this machine supports every namespace layer
+    if _namespaces_allowed():
+        assert FULL <= set(result.layers), result.layers
+    else:  # a kernel or container that refuses namespaces: the documented fallback must be on
+        assert "audit-hook" in result.layers, result.layers
     result, text = run("raise ValueError('bad input')")
     assert result.exit_code == 1 and text.splitlines()[0] == "exit code 1"
     assert text.endswith("ValueError: bad input") and "_sandbox_child" not in text
