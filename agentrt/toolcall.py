@@ -88,7 +88,8 @@ async def run_tool_loop(
     full_schema = call_schema(visible) if constrained else None
     final_only = call_schema([], final_answer=True) if constrained else None
     result = ToolLoopResult("", "max_steps", 0, messages=history)
-    last_output, seen, force_final = "", set(), False
+    last_output, force_final = "", False
+    seen: dict[str, ToolResult] = {}  # call -> outcome: a repeated call is answered from here
     try:
         for step in range(max_steps):
             last = step == max_steps - 1
@@ -113,9 +114,10 @@ async def run_tool_loop(
                                     "composed_from": "tool_result"})
                     break
                 key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
-                force_final = force_final or key in seen
-                seen.add(key)
-                outcome = await _call(ctx, call, by_name, step)
+                repeated = key in seen
+                force_final = force_final or repeated  # small models loop on one call: make them answer
+                outcome = await _call(ctx, call, by_name, step, cached=seen.get(key))
+                seen[key] = outcome
                 result.calls.append(ctx.steps[-1])
                 if outcome.ok:
                     last_output = outcome.output
@@ -144,10 +146,13 @@ async def run_tool_loop(
     return result
 
 
-async def _call(ctx: RunContext, call: ToolCall, tools: dict[str, Tool], step: int) -> ToolResult:
-    """Execute one call (or explain why not) and record it as a step."""
+async def _call(ctx: RunContext, call: ToolCall, tools: dict[str, Tool], step: int,
+                cached: ToolResult | None = None) -> ToolResult:
+    """Execute one call (or explain why not, or reuse a repeated call's outcome) and record it."""
     start = time.perf_counter()
-    if call.error is not None:
+    if cached is not None:
+        outcome = cached
+    elif call.error is not None:
         outcome = ToolResult(error=call.error)
     elif call.name not in tools:
         allowed = ", ".join(sorted(tools)) or "none"
@@ -161,7 +166,7 @@ async def _call(ctx: RunContext, call: ToolCall, tools: dict[str, Tool], step: i
         result=outcome.output[:RESULT_CHARS_IN_STEP] if outcome.ok else None,
         result_truncated=outcome.truncated or len(outcome.output) > RESULT_CHARS_IN_STEP,
         error=outcome.error, latency_s=round(time.perf_counter() - start, 4),
-        t_start_s=round(start - ctx.started, 4), step=step, **extra,
+        t_start_s=round(start - ctx.started, 4), step=step, cached=cached is not None, **extra,
     ).model_dump())
     return outcome
 

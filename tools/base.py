@@ -55,7 +55,7 @@ class ToolResult:
         return f"error: {self.error}" if self.error is not None else self.output
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: tools hold functions and dict schemas
 class Tool:
     """A callable tool: name, description, JSON schema of its arguments, and limits.
 

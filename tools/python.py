@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrt.errors import InputError
+from agentrt.errors import InputError, RunError
 from tools.base import Tool, tool
 
 CHILD = Path(__file__).with_name("_sandbox_child.py")
@@ -121,8 +121,9 @@ def run_python(code: str, limits: SandboxLimits | None = None, *, namespaces: bo
 
 def _communicate(proc: subprocess.Popen, code: str, limits: SandboxLimits) -> tuple[str, bool, bool]:
     """Feed stdin, read output up to the cap (draining the rest), enforce the wall clock."""
+    if proc.stdin is None or proc.stdout is None:
+        raise RunError("the python sandbox was started without pipes")
     try:
-        assert proc.stdin is not None and proc.stdout is not None  # noqa: S101 - Popen with PIPE
         proc.stdin.write(code.encode("utf-8"))
         proc.stdin.close()
     except BrokenPipeError:

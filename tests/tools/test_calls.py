@@ -126,8 +126,11 @@ def test_malformed_and_unknown_calls_are_counted_observations():
 
 def test_loop_bounds_steps_and_forces_final_answer():
     backend = ScriptedBackend(['{"name": "calculator", "arguments": {"expression": "1+1"}}'])
-    result = asyncio.run(run_tool_loop(_ctx(backend), [{"role": "user", "content": "?"}], [calculator], max_steps=3))
+    ctx = _ctx(backend)
+    result = asyncio.run(run_tool_loop(ctx, [{"role": "user", "content": "?"}], [calculator], max_steps=3))
     assert result.steps == 3 and result.stopped == "max_steps" and result.answer == "2"
+    # A repeated call is answered from the first outcome, not run again.
+    assert [s["cached"] for s in ctx.steps if s["kind"] == "tool_call"] == [False, True, True]
     # After the first repeat, and at the last step, the grammar admits only final_answer.
     schemas = [params.json_schema for _, params in backend.calls]
     assert schemas[0] == call_schema([calculator])
