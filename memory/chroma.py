@@ -184,7 +184,7 @@ class ChromaStore:
 
     def delete(self, ids: list[str]) -> None:
         if ids:
-            self._col.delete(ids=list(ids))
+            self._col.delete(ids=list(dict.fromkeys(ids)))
 
     # -- reading ---------------------------------------------------------------------------
     def count(self) -> int:
@@ -194,13 +194,13 @@ class ChromaStore:
         """Which of ``ids`` are stored (order of ``ids``)."""
         found: set[str] = set()
         for s in range(0, len(ids), self._batch):
-            found.update(self._col.get(ids=list(ids[s : s + self._batch]), include=[])["ids"])
+            found.update(self._col.get(ids=list(dict.fromkeys(ids[s : s + self._batch])), include=[])["ids"])
         return [i for i in ids if i in found]
 
     def get(self, ids: list[str]) -> list[Hit]:
         if not ids:
             return []
-        res = self._col.get(ids=list(ids), include=["documents", "metadatas"])
+        res = self._col.get(ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"])  # Chroma refuses repeats
         by_id = {
             i: Hit(i, d or "", 1.0, dict(m or {}))
             for i, d, m in zip(res["ids"], res["documents"], res["metadatas"], strict=True)

@@ -101,3 +101,10 @@ def test_empty_text_and_query_are_errors(store, bad):
 def test_mismatched_lengths(store):
     with pytest.raises(InputError, match="same length"):
         store.add(["a", "b"], ["only one"])
+
+
+def test_get_and_delete_with_repeated_ids(store):
+    _fill(store)
+    assert [h.id for h in store.get(["cats", "cats", "dogs"])] == ["cats", "cats", "dogs"]
+    store.delete(["cats", "cats"])
+    assert store.count() == 3
