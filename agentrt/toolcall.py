@@ -36,6 +36,7 @@ from tools.base import Tool, ToolResult, execute
 from tools.calls import FINAL_ANSWER, ToolCall, call_schema, describe_tools, parse_tool_calls
 
 RESULT_CHARS_IN_STEP = 2000
+MIN_STEP_TOKENS = 16
 Stopped = Literal["answer", "max_steps", "budget", "ask_user"]
 
 TOOL_SYSTEM = """You can call tools. Reply with exactly one JSON object: {{"name": <tool name>, "arguments": {{...}}}}.
@@ -95,7 +96,9 @@ async def run_tool_loop(
             last = step == max_steps - 1
             schema = final_only if (force_final or last) else full_schema
             params = GenParams(max_tokens=max_tokens, json_schema=schema)
-            completion = await ctx.call_model(name, list(history), params, budget=own_budget)
+            # A call cut after a few tokens is useless JSON: stop on the budget instead.
+            completion = await ctx.call_model(name, list(history), params, budget=own_budget,
+                                              min_tokens=min(max_tokens, MIN_STEP_TOKENS))
             result.steps += 1
             text = completion.text.strip()
             history.append(Message("assistant", text))

@@ -140,9 +140,9 @@ def test_loop_bounds_steps_and_forces_final_answer():
 def test_loop_child_budget_stops_without_overspending():
     backend = ScriptedBackend(['{"name": "calculator", "arguments": {"expression": "2*3"}}'])
     ctx = _ctx(backend, total=5000)
-    result = asyncio.run(run_tool_loop(ctx, [{"role": "user", "content": "?"}], [calculator], budget=150, max_steps=10))
+    result = asyncio.run(run_tool_loop(ctx, [{"role": "user", "content": "?"}], [calculator], budget=400, max_steps=10))
     assert result.stopped == "budget" and result.answer == "6"
-    assert ctx.budget.spent <= 150 and ctx.budget.reserved == 0
+    assert ctx.budget.spent <= 400 and ctx.budget.reserved == 0
 
 
 def test_ask_user_ends_the_turn_or_calls_back():
@@ -190,3 +190,13 @@ def test_injected_instruction_cannot_widen_the_allowlist():
     # The grammar offered to the model never contained python either.
     offered = [o["properties"]["name"]["const"] for o in backend.calls[0][1].json_schema["anyOf"]]
     assert offered == ["search", "calculator", FINAL_ANSWER]
+
+
+def test_loop_on_the_run_budget_lets_budget_exceeded_reach_the_run():
+    from agentrt.errors import BudgetExceeded
+
+    backend = ScriptedBackend(['{"name": "calculator", "arguments": {"expression": "2*3"}}'])
+    ctx = _ctx(backend, total=100)  # smaller than the tool prompt: the run loop must see it
+    with pytest.raises(BudgetExceeded):
+        asyncio.run(run_tool_loop(ctx, [{"role": "user", "content": "?"}], [calculator]))
+    assert ctx.budget.spent == 0 and ctx.budget.reserved == 0
