@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# Temporary homes per phase, one shared converted model (as the tests do).
+os.environ.setdefault("AGENTRT_MODELS_DIR", str(Path.home() / ".cache" / "agentrt" / "models"))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
