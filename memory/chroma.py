@@ -12,6 +12,7 @@ collection reopened in a new process (or through the server) finds its embedding
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -121,8 +122,6 @@ def _short(e: Exception) -> str:
 
 def _check_name(name: str) -> None:
     # Chroma's rule: 3-512 chars of [a-zA-Z0-9._-], starting and ending alphanumeric.
-    import re
-
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]", name or ""):
         raise InputError(
             f"bad collection name {name!r}: use 3-512 letters, digits, '.', '_' or '-', "
@@ -177,8 +176,6 @@ class ChromaStore:
                 kw["embeddings"] = emb[e]
             try:
                 fn(**kw)
-            except InputError:
-                raise
             except ValueError as err:  # Chroma validation (bad metadata types, ...)
                 raise InputError(f"Chroma refused the items: {_short(err)}") from None
 
@@ -271,7 +268,7 @@ def open_store(location: str | Path, name: str, *, create: bool = True) -> Chrom
         else:
             col = client.get_collection(name, embedding_function=ef)
     except Exception as e:
-        if not create and "not exist" in str(e).lower() or type(e).__name__ == "NotFoundError":
+        if type(e).__name__ == "NotFoundError" or (not create and "not exist" in str(e).lower()):
             have = ", ".join(sorted(list_collections(location))) or "none"
             raise ConfigError(
                 f"no collection '{name}' in memory store {location} (have: {have}); create it with `agentrt index`"
