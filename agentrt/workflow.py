@@ -61,7 +61,7 @@ class PlanOptions:
     step_timeout_s: float = 300.0
     search_k: int = 3
     passage_chars: int = 300
-    synth_max_tokens: int = 64
+    synth_max_tokens: int = 96
     synth_reserve: int = 900  # tokens held back from the searchers so synthesis can run
     verify: bool = False
 
@@ -231,7 +231,7 @@ class _Run:
         schema = {"type": "object", "properties": {
             "answer": answer_schema,
             "citations": ({"type": "array", "items": {"type": "string", "enum": ids}, "minItems": 1,
-                           "maxItems": min(3, len(ids))} if ids else {"type": "array", "maxItems": 0}),
+                           "maxItems": min(2, len(ids))} if ids else {"type": "array", "maxItems": 0}),
         }, "required": ["answer", "citations"], "additionalProperties": False}
         messages = [Message("system", SYNTH_SYSTEM),
                     Message("user", f"Question: {plan.goal}\nFindings:\n" + "\n".join(lines))]
@@ -241,7 +241,9 @@ class _Run:
             data = json.loads(completion.text)
             answer, cites = str(data["answer"]).strip(), [c for c in data["citations"] if c in passages]
         except (ValueError, KeyError, TypeError):  # cut off by max_tokens: keep what is readable
-            answer, cites = self.ctx.best_answer, []
+            m = re.search(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)"', completion.text)
+            answer = m[1] if m else self.ctx.best_answer
+            cites = [i for i in ids if i in completion.text]
         if missing:
             answer = f"{answer} (incomplete: no findings for {', '.join(f['step'] for f in failed)})".strip()
         self.ctx.best_answer = answer or self.ctx.best_answer
@@ -296,14 +298,21 @@ def make_planner(ctx: RunContext, opts: PlanOptions) -> Any:
     async def complete(messages: list[Message], params: GenParams) -> Any:
         return await ctx.call_model("plan", messages, params)
 
-    return LLMPlanner(complete, max_fanout=min(opts.max_fanout, 3), max_depth=opts.max_depth)
+    return LLMPlanner(complete, max_fanout=min(opts.max_fanout, 2), max_depth=opts.max_depth)
+
+
+_CORPORA: dict[tuple[str, str], Any] = {}
 
 
 def default_searcher(ctx: RunContext) -> Any:
-    """Search the corpus named by ``settings.corpus`` (default "default") in the run's memory store."""
-    from memory.corpus import open_corpus
+    """Search the corpus named by ``settings.corpus`` (default "default") in the run's memory store.
+    Opened corpora are kept per (location, name): reopening (Chroma + the BM25 cache) costs seconds."""
+    from memory.corpus import open_corpus, resolve_location
 
-    return open_corpus(ctx.settings, getattr(ctx.settings, "corpus", "default")).search
+    key = (resolve_location(ctx.settings), getattr(ctx.settings, "corpus", "default"))
+    if key not in _CORPORA:
+        _CORPORA[key] = open_corpus(key[0], key[1])
+    return _CORPORA[key].search
 
 
 async def run_plan(ctx: RunContext, question: str, *, searcher: Any = None, planner: Any = None,

@@ -28,6 +28,15 @@ PLANNER_SYSTEM = (
 )
 
 
+QUESTION_CHARS = 60
+
+
+def plan_tokens(max_fanout: int) -> int:
+    """Enough new tokens for the longest plan the schema admits (a token is at least one character),
+    so the JSON is never cut off: per step the question plus ~50 characters of structure."""
+    return max_fanout * (QUESTION_CHARS + 50) + 16
+
+
 def plan_schema(max_fanout: int) -> dict[str, Any]:
     """The JSON schema the planner decodes under: bounded arrays and strings."""
     ids = [f"s{i + 1}" for i in range(max_fanout)]
@@ -40,7 +49,7 @@ def plan_schema(max_fanout: int) -> dict[str, Any]:
                     "type": "object",
                     "properties": {
                         "id": {"type": "string", "enum": ids},
-                        "question": {"type": "string", "minLength": 3, "maxLength": 80},
+                        "question": {"type": "string", "minLength": 3, "maxLength": QUESTION_CHARS},
                         "depends_on": {"type": "array", "maxItems": 2, "items": {"type": "string", "enum": ids}},
                     },
                     "required": ["id", "question", "depends_on"],
@@ -58,12 +67,12 @@ class LLMPlanner:
 
     name = "llm"
 
-    def __init__(self, complete: Complete, *, max_fanout: int = 4, max_depth: int = 2, max_tokens: int = 160,
+    def __init__(self, complete: Complete, *, max_fanout: int = 2, max_depth: int = 2, max_tokens: int | None = None,
                  fallback: HeuristicPlanner | None = None) -> None:
         self.complete = complete
         self.max_fanout = max_fanout
         self.max_depth = max_depth
-        self.max_tokens = max_tokens
+        self.max_tokens = plan_tokens(max_fanout) if max_tokens is None else max_tokens
         self.fallback = fallback or HeuristicPlanner(max_fanout=max_fanout, max_depth=max_depth)
         self.last_fallback: str | None = None
 

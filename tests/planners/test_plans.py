@@ -69,7 +69,7 @@ def _completion(text: str) -> Completion:
 
 def _planner(reply: str) -> LLMPlanner:
     async def complete(messages: list[Message], params: GenParams) -> Completion:
-        assert params.json_schema == plan_schema(3)
+        assert params.json_schema == plan_schema(3) and params.max_tokens >= 3 * 60
         return _completion(reply)
 
     return LLMPlanner(complete, max_fanout=3)

@@ -1,0 +1,176 @@
+"""Benchmark: the plan route vs direct vs reason on HotpotQA dev, and the plan's parallel efficiency.
+
+    .venv/bin/python evals/bench/plan_bench.py [--questions 100] [--budget 6000] [--cache plan_bench.jsonl]
+        [--store DIR --collection NAME] [--pool 300] [--efficiency-only] [--skip-efficiency]
+
+* Quality table: EM / F1 (SQuAD normalization), tokens per question and wall time per question for each
+  route, on the first ``--questions`` HotpotQA dev questions, over a pooled corpus (the paragraphs of the
+  first ``--pool`` questions, deduplicated; or an existing collection via --store/--collection).
+  Resumable: every (question, route) result is appended to the JSONL cache and skipped on a rerun.
+* Parallel efficiency: the wall time of one 8-searcher fan-out vs the same 8 steps run one after
+  another (a chain plan: each step depends on the previous one), on the transformers batcher.
+  Target: >= 2.5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+ROUTES = ("plan", "direct", "reason")
+
+
+def _corpus(args: argparse.Namespace):
+    from memory.corpus import open_corpus
+    from memory.ingest import hotpotqa_chunks, ingest, load_hotpotqa
+
+    if args.store:
+        return open_corpus(args.store, args.collection)
+    path = Path(args.workdir) / "memory"
+    corpus = open_corpus(path, f"hotpot{args.pool}", create=True)
+    chunks = hotpotqa_chunks(load_hotpotqa(), limit=args.pool)
+    if corpus.count() < len(chunks):
+        ingest(corpus.store, chunks)
+        corpus.invalidate()
+    return corpus
+
+
+def quality(args: argparse.Namespace, console: Console) -> None:
+    from agentrt import Agent
+    from agentrt.config import load_settings
+    from agentrt.rewards._text import exact_match, f1_score
+    from memory.ingest import load_hotpotqa
+
+    corpus = _corpus(args)
+    cache = Path(args.cache)
+    done = {}
+    if cache.is_file():
+        for line in cache.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                done[(r["id"], r["route"])] = r
+    qs = load_hotpotqa()[: args.questions]
+    agent = Agent(load_settings(home=args.workdir, corpus=corpus.name))
+    if args.store:  # the plan route searches this corpus wherever it lives
+        import agentrt.workflow as wf
+
+        from memory.corpus import resolve_location
+
+        wf._CORPORA[(resolve_location(agent.settings), corpus.name)] = corpus
+    agent.policy  # noqa: B018 - load before timing
+    deadline = time.time() + args.max_minutes * 60
+    with cache.open("a") as out:
+        for i, q in enumerate(qs):
+            for route in ROUTES:
+                if (q["_id"], route) in done:
+                    continue
+                if time.time() > deadline:
+                    break
+                t0 = time.perf_counter()
+                r = agent.run(q["question"], budget=args.budget, route=route)
+                row = {"id": q["_id"], "route": route, "type": q.get("type"), "answer": r.answer, "gold": q["answer"],
+                       "em": exact_match(r.answer, q["answer"]), "f1": f1_score(r.answer, q["answer"]),
+                       "tokens": r.usage.total_tokens, "wall_s": round(time.perf_counter() - t0, 2),
+                       "status": r.status, "citations": r.citations}
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                done[(q["_id"], route)] = row
+                console.print(f"[{i + 1}/{len(qs)}] {route:6s} em={row['em']:.0f} f1={row['f1']:.2f} "
+                              f"tok={row['tokens']} {row['wall_s']}s  {r.answer[:60]!r} (gold {q['answer']!r})")
+    ids = {q["_id"] for q in qs}
+    complete = [i for i in ids if all((i, r) in done for r in ROUTES)]
+    table = Table(title=f"HotpotQA dev, {len(complete)} questions x 3 routes (embedded SmolLM2-135M, "
+                        f"budget {args.budget}, corpus {corpus.name}: {corpus.count()} passages)")
+    for col in ("route", "EM", "F1", "tokens / question", "wall s / question", "truncated"):
+        table.add_column(col)
+    for route in ROUTES:
+        rows = [done[(i, route)] for i in complete]
+        n = max(1, len(rows))
+        table.add_row(route, f"{sum(r['em'] for r in rows) / n:.3f}", f"{sum(r['f1'] for r in rows) / n:.3f}",
+                      f"{sum(r['tokens'] for r in rows) / n:.0f}", f"{sum(r['wall_s'] for r in rows) / n:.1f}",
+                      str(sum(r["status"] == "truncated" for r in rows)))
+    console.print(table)
+
+
+def efficiency(args: argparse.Namespace, console: Console) -> None:
+    from agentrt.backends import load_backend
+    from agentrt.budget import Budget
+    from agentrt.config import Settings
+    from agentrt.run import RunContext
+    from agentrt.workflow import PlanOptions, run_plan
+    from planners import Plan, Step
+
+    backend = load_backend("hf:embedded", Settings())
+    questions = [f"Who founded the company number {i} in the list?" for i in range(1, 9)]
+
+    def searcher(query: str, k: int) -> list[dict]:
+        return [{"id": f"d{j}", "title": f"Doc {j}", "text": f"{query}: founded by person {j}."} for j in range(k)]
+
+    class Fixed:
+        name = "fixed"
+
+        def __init__(self, plan: Plan) -> None:
+            self.p = plan
+
+        async def plan(self, question, hits):
+            return self.p
+
+    parallel = Plan(goal="g", steps=[Step(id=f"s{i + 1}", question=q) for i, q in enumerate(questions)])
+    chain = Plan(goal="g", steps=[Step(id=f"s{i + 1}", question=q, depends_on=[f"s{i}"] if i else [])
+                                  for i, q in enumerate(questions)])
+    opts = PlanOptions(max_steps=2, step_max_tokens=48, search_k=2, passage_chars=120, max_depth=8,
+                       synth_max_tokens=32)
+
+    def once(plan: Plan) -> tuple[float, int, int]:
+        ctx = RunContext("bench", "g", Budget(100_000), backend, Settings(), callbacks={"searcher": searcher})
+        b0, f0 = backend.stats.batches, backend.stats.forward_passes
+        t0 = time.perf_counter()
+        asyncio.run(run_plan(ctx, "g", planner=Fixed(plan), options=opts))
+        return time.perf_counter() - t0, ctx.budget.spent, backend.stats.forward_passes - f0
+
+    once(parallel)  # warm-up
+    results = {}
+    for name, plan in (("fan-out (8 parallel searchers)", parallel), ("same 8 steps one after another", chain)):
+        results[name] = once(plan)
+    table = Table(title="8-searcher fan-out vs sequential, transformers batcher (embedded model, CPU)")
+    for col in ("mode", "wall s", "tokens", "forward passes"):
+        table.add_column(col)
+    for name, (wall, tokens, passes) in results.items():
+        table.add_row(name, f"{wall:.1f}", str(tokens), str(passes))
+    (pw, *_), (sw, *_) = results.values()
+    console.print(table)
+    console.print(f"parallel efficiency: {sw / pw:.2f}x (target >= 2.5x)")
+    backend.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--questions", type=int, default=100)
+    ap.add_argument("--budget", type=int, default=6000)
+    ap.add_argument("--cache", default="plan_bench.jsonl")
+    ap.add_argument("--workdir", default=str(Path.home() / ".cache" / "agentrt" / "plan_bench"))
+    ap.add_argument("--store", help="an existing memory store (folder or URL) holding --collection")
+    ap.add_argument("--collection", default="hotpotqa")
+    ap.add_argument("--pool", type=int, default=300, help="pool the paragraphs of the first N questions")
+    ap.add_argument("--max-minutes", type=float, default=1e9, help="stop starting new questions after this")
+    ap.add_argument("--efficiency-only", action="store_true")
+    ap.add_argument("--skip-efficiency", action="store_true")
+    args = ap.parse_args()
+    console = Console()
+    if not args.skip_efficiency:
+        efficiency(args, console)
+    if not args.efficiency_only:
+        quality(args, console)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""Parallel samples with selection for the reason route (majority vote, verifier)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentrt.backends.scripted import ScriptedBackend
+from agentrt.budget import Budget
+from agentrt.config import Settings
+from agentrt.routes import reason
+from agentrt.run import RunContext
+from agentrt.sampling import normalize, select
+
+
+def test_majority_vote_over_parsed_answers():
+    i, info = select(["The answer is 42.", "41", "42", "Paris"])
+    assert normalize("The answer is 42.") == "42" and i == 0 and info["votes"]["42"] == 2
+
+
+def test_verifier_beats_the_majority():
+    i, info = select(["41", "41", "42"], verifier=lambda a: a == "42")
+    assert i == 2 and info["scores"] == [0.0, 0.0, 1.0]
+
+
+def test_reason_samples_is_one_batched_call_and_backward_compatible():
+    backend = ScriptedBackend(["thinking hard </think> Final answer: 7"])
+    ctx = RunContext("r", "q", Budget(4000), backend, Settings())
+    out = asyncio.run(reason(ctx, "What is 3+4?", samples=5))
+    assert out.answer == "7" and len(backend.calls) == 1
+    params = backend.calls[0][1]
+    assert params.n == 5 and params.temperature > 0
+    assert [s for s in ctx.steps if s["kind"] == "sample_selection"][0]["votes"] == {"7": 5}
+    assert ctx.budget.spent <= 4000
+    # samples=1 (the default) is the old two-call think-then-answer route
+    backend = ScriptedBackend(["a thought", "7"])
+    ctx = RunContext("r", "q", Budget(4000), backend, Settings())
+    assert asyncio.run(reason(ctx, "What is 3+4?")).answer == "7" and len(backend.calls) == 2
