@@ -14,8 +14,9 @@ Layers, strongest first, each applied when the kernel allows it:
 2. when started as root: drop to uid/gid 65534 (nobody), because the kernel ignores RLIMIT_NPROC
    for root.
 3. rlimits: RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_CORE=0, RLIMIT_NOFILE.
-4. fallback only (namespaces refused): a ``sys.addaudithook`` that refuses sockets, process
-   creation and writes outside the work directory. Python-level only; reported in ``layers``.
+4. fallback, whenever the private filesystem view could not be built (namespaces refused, not
+   Linux): a ``sys.addaudithook`` that refuses sockets, process creation, ctypes and writes outside
+   the work directory. Python-level only; reported in ``layers`` as "audit-hook".
 """
 
 import ctypes
@@ -45,9 +46,9 @@ def _write(path, text):
         f.write(text)
 
 
-def isolate(cfg, libc):
-    """Enter new namespaces and build the filesystem view; returns (layers, work_dir)."""
-    layers = []
+def isolate(cfg, libc, layers):
+    """Enter new namespaces and build the filesystem view, appending to ``layers``; returns
+    (layers, work_dir), work_dir None when the kernel refused."""
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | (0 if uid == 0 else CLONE_NEWUSER)
     if libc.unshare(flags) != 0:
@@ -193,39 +194,45 @@ def main():
     status_fd = cfg["status_fd"]
     code = sys.stdin.read()
     libc = ctypes.CDLL(None, use_errno=True)
-    layers, work = isolate(cfg, libc) if cfg.get("namespaces", True) else ([], None)
-    if work is None:  # namespaces refused: the parent made a temp dir for us
+    layers, work = [], None
+    if cfg.get("namespaces", True) and sys.platform.startswith("linux"):
+        try:
+            layers, work = isolate(cfg, libc, layers)
+        except (AttributeError, OSError) as e:  # a libc without unshare, or a half-built view
+            if layers:  # namespaces entered but the view is incomplete: do not run the code
+                sys.exit(f"sandbox: could not set up isolation ({e})")
+    if work is None:  # no private filesystem view: the parent made a temp dir for us
         work = os.path.realpath(cfg["fallback_dir"])
+    # Without the read-only view and private tmp, the audit hook guards sockets, processes, writes.
+    guarded = "private-tmp" not in layers
     os.chdir(work)
     drop_root(work, layers)
     for key in ("HOME", "TMPDIR", "TMP", "TEMP"):
         os.environ[key] = work
     set_limits(cfg)
     layers.append("rlimits")
+    if guarded:
+        layers.append("audit-hook")
     status = {"layers": layers}
     os.write(status_fd, (json.dumps(status) + "\n").encode())
-
-    if "pidns" in layers:
-        # We are not in the new pid namespace ourselves; our first child is its pid 1.
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
+    sys.stdout.flush()
+    # In a new pid namespace our first child is its pid 1: everything it forks dies with it.
+    pid = os.fork() if "pidns" in layers else 0
+    if pid == 0:
+        if "pidns" in layers:
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            signal.signal(signal.SIGXCPU, _on_xcpu)
-            os.close(status_fd)
-            _finish(code)
-        _, wstatus = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(wstatus):
-            status["signal"] = os.WTERMSIG(wstatus)
-        else:
-            status["exit_code"] = os.WEXITSTATUS(wstatus)
-        os.write(status_fd, (json.dumps(status) + "\n").encode())
-        os._exit(0)
-    audit_guard(work)
-    os.write(status_fd, (json.dumps({"layers": layers + ["audit-hook"]}) + "\n").encode())
-    os.close(status_fd)
-    signal.signal(signal.SIGXCPU, _on_xcpu)
-    _finish(code)
+        os.close(status_fd)
+        signal.signal(signal.SIGXCPU, _on_xcpu)
+        if guarded:
+            audit_guard(work)
+        _finish(code)
+    _, wstatus = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(wstatus):
+        status["signal"] = os.WTERMSIG(wstatus)
+    else:
+        status["exit_code"] = os.WEXITSTATUS(wstatus)
+    os.write(status_fd, (json.dumps(status) + "\n").encode())
+    os._exit(0)
 
 
 if __name__ == "__main__":
