@@ -48,15 +48,21 @@ class ExportReport:
     runs: int = 0
     rows: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    split: int = 0  # runs written as several token segments (a token discontinuity; see problems)
     problems: list[str] = field(default_factory=list)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
+    def skipped_text(self) -> str:
+        return ", ".join(f"{n} ({why})" for why, n in sorted(self.skipped.items())) or "none"
+
     def summary(self) -> str:
         text = f"wrote {self.rows} {self.format} rows from {self.runs} runs to {self.out}"
         if self.skipped:
-            text += "; skipped: " + ", ".join(f"{n} ({why})" for why, n in sorted(self.skipped.items()))
+            text += f"; skipped: {self.skipped_text()}"
+        if self.split:
+            text += f"; {self.split} runs split at a token discontinuity"
         return text
 
 
@@ -216,7 +222,7 @@ def rows_verl_tokens(records: list[TrajectoryRecord], report: ExportReport, **_:
             report.skip("no token ids")
             continue
         if breaks:
-            report.skip("split at a token discontinuity")
+            report.split += 1
             report.problems += [f"run {r.run_id}: {b}" for b in breaks]
         reward = reward_of(r)
         for i, seg in enumerate(segments):
@@ -326,7 +332,8 @@ def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_gr
     report = ExportReport(fmt, str(out), runs=len(records))
     rows = FORMATS[fmt](records, report, parquet=parquet, min_group=min_group)
     if not rows:
-        raise InputError(f"no {fmt} rows from {len(records)} runs ({report.summary()}); check --filter and the runs' tasks")
+        raise InputError(f"no {fmt} rows from {len(records)} runs (skipped: {report.skipped_text()}); "
+                         "check --filter and that the runs carry what the format needs (task, token ids)")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_rows(rows, out)
     report.rows = len(rows)

@@ -51,9 +51,11 @@ def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
         rows = pq.read_table(path).to_pylist()
     else:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        raise InputError(f"{path} holds no rows; export some with: agentrt export --format trl-prompts")
     bad = [i for i, r in enumerate(rows) if not {"prompt", "answer"} <= set(r)]
-    if bad or not rows:
-        raise InputError(f"{path}: rows need 'prompt' and 'answer' columns (a trl-prompts export); row {bad[:1] or 0} has not")
+    if bad:
+        raise InputError(f"{path}: rows need 'prompt' and 'answer' columns (a trl-prompts export); row {bad[0]} lacks them")
     return rows
 
 

@@ -189,7 +189,13 @@ def test_cli_export_from_the_home_and_from_files(tmp_path, agentrt_home, capsys)
     assert main(["export", "--format", "openai", "--out", str(tmp_path / "o.parquet")]) == 2
     assert main(["export", "--format", "verl", "--out", str(out), "--trajectories", str(tmp_path / "nope")]) == 2
     assert main(["export", "--format", "verl", "--out", str(out), "--filter", "reward>5"]) == 2
-    assert "no verl rows" in capsys.readouterr().err
+    assert "no verl rows from 0 runs" in capsys.readouterr().err
+    assert main(["train-policy", "--grpo", "--data", str(tmp_path / "none.parquet")]) == 2
+    assert "agentrt export --format trl-prompts" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "x"}\n')
+    assert main(["train-policy", "--grpo", "--data", str(bad)]) == 2
+    assert "need 'prompt' and 'answer'" in capsys.readouterr().err
 
 
 def test_v0_records_export(tmp_path):
