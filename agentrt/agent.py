@@ -97,7 +97,7 @@ class Agent:
                    thinking_cap: int | None = None, policy: ModelBackend | None = None,
                    router: Callable[[str], Any] | None = None,
                    on_event: Callable[[dict[str, Any]], None] | None = None,
-                   approve_plan: Callable[[dict[str, Any]], bool] | None = None,
+                   approve_plan: Callable[[Any], Any] | None = None,
                    ask_user: Callable[[str], str] | None = None) -> Result:
         """The async form of ``run``.
 

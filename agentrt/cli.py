@@ -21,6 +21,8 @@ COMMAND_MODULES = [
     "agentrt.commands.export",
     "agentrt.commands.chat",
     "agentrt.commands.serve",
+    "agentrt.commands.chat",
+    "agentrt.commands.serve",
     "agentrt.commands.tools",
 ]
 

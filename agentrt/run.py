@@ -35,19 +35,13 @@ class RunContext:
     on_event: Callable[[dict[str, Any]], None] | None = None
     # Copied into TrajectoryRecord.metadata (e.g. the OpenTelemetry trace id).
     metadata: dict[str, Any] = field(default_factory=dict)
-    # Caller hooks a route may use: "approve_plan" (plan dict -> bool), "ask_user" (question -> reply).
+    # Caller hooks a route may use: "approve_plan" (plan -> True / edited plan / False, see
+    # agentrt.workflow), "ask_user" (question -> reply). The route emits plan_approved itself.
     callbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     def record(self, step: dict[str, Any]) -> None:
         self.steps.append(step)
         self.emit({"type": "step", "step": step})
-
-    def approve_plan(self, plan: dict[str, Any]) -> bool:
-        """Ask the caller's ``approve_plan`` callback (approved when there is none); emits plan_approved."""
-        hook = self.callbacks.get("approve_plan")
-        approved = True if hook is None else bool(hook(plan))
-        self.emit({"type": "plan_approved", "approved": approved, "plan": plan})
-        return approved
 
     def emit(self, event: dict[str, Any]) -> None:
         """Send ``event`` to ``on_event``; an observer's error never breaks the run."""

@@ -121,6 +121,9 @@ def unit_tests(program: str, test: str, entry_point: str, *, prompt: str = "", t
     code = extract_code(program)
     if prompt and not re.search(rf"^\s*def\s+{re.escape(entry_point)}\b", code, re.M):
         code = prompt + code
+    elif prompt:  # a whole function: keep the prompt's imports (``List`` in a signature needs them)
+        imports = [ln for ln in prompt.splitlines() if re.match(r"(import|from)\s+\w", ln)]
+        code = "\n".join(imports + [code])
     cheats = find_cheats(code, entry_point)
     try:
         ast.parse(code)

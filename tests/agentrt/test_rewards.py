@@ -173,3 +173,11 @@ def test_registry():
     assert verifier_for("unknown") is None
     with pytest.raises(InputError, match="unknown verifier 'nope'"):
         score("nope", "x", "y")
+
+
+def test_a_whole_function_keeps_the_prompts_imports():
+    task = _humaneval(1)[0]  # its signature uses List from typing
+    body = task["prompt"].split("def ", 1)[1]
+    code = "```python\ndef " + body + task["canonical_solution"] + "```"
+    assert "from typing import List" not in code
+    assert score("unit_tests", code, _gt(task)).score == 1.0
