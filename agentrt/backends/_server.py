@@ -104,7 +104,9 @@ def start_vllm_server(model_dir: str | Path, *, name: str, port: int | None = No
     log = tmp / f"vllm-server-{port}.log"
     cmd = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--host", "127.0.0.1", "--port", str(port), "--served-model-name", name,
-           "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048", *(extra_args or [])]
+           "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+           # compact structured output (else small models pad JSON with newlines up to max_tokens)
+           "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}', *(extra_args or [])]
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=private_env(tmp),
                                    start_new_session=True)

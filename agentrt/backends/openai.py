@@ -153,7 +153,7 @@ class OpenAIBackend:
             text = self.tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=not prefill,
                                                       continue_final_message=prefill, **kwargs)
             return len(self.tokenizer(text, add_special_tokens=False).input_ids)
-        if self.counting == "server":
+        if self.counting == "server" and not self._on_private_loop():
             try:
                 return self._loop.run_sync(self._tokenize(dicts, prefill, kwargs), timeout=self.deadline_s)
             except BackendError:
@@ -162,6 +162,13 @@ class OpenAIBackend:
 
         n = count_chat_tokens(dicts, self.encoding)
         return n + estimate_margin(n)
+
+    def _on_private_loop(self) -> bool:
+        """True inside our own loop thread, where a blocking /tokenize call would deadlock."""
+        try:
+            return asyncio.get_running_loop() is self._loop.loop
+        except RuntimeError:
+            return False
 
     async def chat(self, messages: list[Message], params: GenParams) -> Completion:
         if params.n < 1 or params.max_tokens < 0:

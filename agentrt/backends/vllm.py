@@ -28,6 +28,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 try:
     from transformers import AutoTokenizer
     from vllm import SamplingParams
+    from vllm.config import StructuredOutputsConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
@@ -68,6 +69,10 @@ class VLLMBackend:
         self.name = name or path.name
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         options = {**CPU_DEFAULTS, **engine_options} if _on_cpu() else dict(engine_options)
+        # Compact JSON: without this, xgrammar lets small models pad structured output with newlines
+        # until max_tokens (an engine-wide switch in vLLM, not a per-request one).
+        options.setdefault("structured_outputs_config",
+                           StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True))
         args = AsyncEngineArgs(model=str(path), served_model_name=self.name, disable_log_stats=True, **options)
         self._loop = BackgroundLoop(f"agentrt-vllm-{self.name}")
         try:
@@ -146,7 +151,7 @@ def sampling_params(params: GenParams) -> SamplingParams:
     """GenParams -> vLLM SamplingParams (structured output through vLLM's own xgrammar)."""
     structured = None
     if params.json_schema is not None:
-        structured = StructuredOutputsParams(json=params.json_schema, disable_any_whitespace=True)
+        structured = StructuredOutputsParams(json=params.json_schema)
     elif params.choices is not None:
         structured = StructuredOutputsParams(choice=list(params.choices))
     return SamplingParams(
