@@ -67,9 +67,11 @@ class Agent:
     >>> agent.run("What is the capital of France?", budget=512).answer
     """
 
-    def __init__(self, settings: Settings | None = None, *, policy: ModelBackend | None = None, **overrides: Any):
+    def __init__(self, settings: Settings | None = None, *, policy: ModelBackend | None = None,
+                 planner: ModelBackend | None = None, **overrides: Any):
         self.settings = settings or load_settings(**overrides)
         self._policy = policy
+        self._planner = planner
         self.writer = TrajectoryWriter(self.settings.trajectory_dir)
 
     @property
@@ -80,6 +82,19 @@ class Agent:
 
             self._policy = load_backend(self.settings.policy, self.settings)
         return self._policy
+
+    @property
+    def planner(self) -> ModelBackend:
+        """The planner backend: ``settings.planner``, else the policy (one model when both name one spec)."""
+        if self._planner is None:
+            spec = self.settings.planner
+            if spec is None or spec.strip() == self.settings.policy.strip():
+                self._planner = self.policy
+            else:
+                from agentrt.backends import load_backend
+
+                self._planner = load_backend(spec, self.settings)
+        return self._planner
 
     def run(self, question: str, *, budget: int | None = None, route: str | None = None,
             thinking_cap: int | None = None, **options: Any) -> Result:
