@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from agentrt.errors import BackendError, ConfigError, InputError, missing_extra
+from agentrt.errors import AgentrtError, BackendError, ConfigError, InputError, missing_extra
 from memory.embeddings import get_embedder
 from memory.protocol import Hit, Metadata
 
@@ -129,6 +129,26 @@ def _check_name(name: str) -> None:
         )
 
 
+def _store_errors(fn: Any) -> Any:
+    """Turn Chroma's own failures (a damaged segment, a server that went away) into one-line RunErrors;
+    our InputErrors pass through."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(self: ChromaStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except AgentrtError:
+            raise
+        except Exception as e:  # noqa: BLE001 - anything else from Chroma is a store failure
+            raise BackendError(
+                f"memory store '{self.name}' at {self.location} failed in {fn.__name__} "
+                f"({type(e).__name__}: {_short(e)}); if the folder is damaged, move it away and re-index"
+            ) from None
+
+    return wrapper
+
+
 class ChromaStore:
     """A MemoryStore on one Chroma collection (embedded, server or ephemeral)."""
 
@@ -165,6 +185,7 @@ class ChromaStore:
         ids, texts, metadatas = _validate(ids, texts, metadatas)
         self._write("upsert", ids, texts, metadatas, embeddings)
 
+    @_store_errors
     def _write(self, how: str, ids: list[str], texts: list[str], metas: list[Metadata] | None, emb: Any) -> None:
         fn = self._col.add if how == "add" else self._col.upsert
         for s in range(0, len(ids), self._batch):
@@ -179,14 +200,17 @@ class ChromaStore:
             except ValueError as err:  # Chroma validation (bad metadata types, ...)
                 raise InputError(f"Chroma refused the items: {_short(err)}") from None
 
+    @_store_errors
     def delete(self, ids: list[str]) -> None:
         if ids:
             self._col.delete(ids=list(dict.fromkeys(ids)))
 
     # -- reading ---------------------------------------------------------------------------
+    @_store_errors
     def count(self) -> int:
         return int(self._col.count())
 
+    @_store_errors
     def existing_ids(self, ids: list[str]) -> list[str]:
         """Which of ``ids`` are stored (order of ``ids``)."""
         found: set[str] = set()
@@ -194,6 +218,7 @@ class ChromaStore:
             found.update(self._col.get(ids=list(dict.fromkeys(ids[s : s + self._batch])), include=[])["ids"])
         return [i for i in ids if i in found]
 
+    @_store_errors
     def get(self, ids: list[str]) -> list[Hit]:
         if not ids:
             return []
@@ -210,6 +235,7 @@ class ChromaStore:
             raise InputError("search query is empty; give some text to search for")
         return self.search_vector(get_embedder().embed_array([query])[0], k, where)
 
+    @_store_errors
     def search_vector(self, vector: Any, k: int = 10, where: dict[str, Any] | None = None) -> list[Hit]:
         """Search with a precomputed query vector (the store-only part of a query)."""
         if k < 1:
