@@ -136,7 +136,10 @@ def main() -> int:
     args = ap.parse_args()
     location = args.store or default_location()
     home = Path(os.environ.get("AGENTRT_HOME") or Path.home() / ".cache" / "agentrt")
-    out: dict = {"location": location}
+    result_file = home / "bench" / "memory_bench.json"
+    # Sections not rerun keep their last figures (--skip-store / --skip-recall runs add up).
+    out: dict = json.loads(result_file.read_text()) if result_file.is_file() else {}
+    out["location"] = location
     if not args.skip_recall:
         out["recall"] = recall_section(location, args.collection, args.questions, 10)
         print(json.dumps(out["recall"]), flush=True)
@@ -151,7 +154,7 @@ def main() -> int:
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out["loadavg_1m_at_end"] = round(os.getloadavg()[0], 1)  # the 2 cores are shared: read latencies with this
     (home / "bench").mkdir(parents=True, exist_ok=True)
-    (home / "bench" / "memory_bench.json").write_text(json.dumps(out, indent=1))
+    result_file.write_text(json.dumps(out, indent=1))
 
     from rich.console import Console
     from rich.table import Table
