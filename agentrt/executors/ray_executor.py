@@ -68,10 +68,17 @@ class Worker:
 
     def __init__(self, settings: dict[str, Any], trajectory_path: str) -> None:
         from agentrt.agent import Agent
-        from agentrt.config import Settings
+        from agentrt.config import Settings, ensure_writable_dir
         from evals.runner import _Capture
 
-        self.agent = Agent(Settings.model_validate(settings))
+        conf = Settings.model_validate(settings)
+        try:  # the driver's home may not exist on this node; runs only need a scratch home here
+            ensure_writable_dir(conf.trajectory_dir, "trajectory directory")
+        except ConfigError:
+            import tempfile
+
+            conf = conf.model_copy(update={"home": Path(tempfile.gettempdir()) / f"agentrt-actor-{os.getuid()}"})
+        self.agent = Agent(conf)
         self.buffer = _Buffer(trajectory_path)
         self.capture = _Capture(self.buffer)
         self.agent.writer = self.capture

@@ -227,3 +227,54 @@ def test_rollout_local_resumes(tmp_path, agentrt_home):
     assert sorted(r.task.prompt_id for r in records) == sorted([str(i) for i in range(5)] * 3)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and len(read_trajectories(tmp_path / "r" / "trajectories").records) == 15
+
+
+def test_trainer_handoff_rewards(tmp_path, agentrt_home):
+    """rollout -> ``agentrt export --format verl`` -> examples/verl_reward.py scores like the rollout did."""
+    import importlib.util
+
+    suite = tmp_path / "s.jsonl"
+    rows = [{"id": "m", "question": "What is 3 + 4?", "answer": "7", "type": "math", "verifier": "numeric"},
+            {"id": "q", "question": "Say seven.", "answers": ["7", "seven"], "type": "qa"},
+            {"id": "w", "question": "What is 2 + 2?", "answer": "4", "type": "math", "verifier": "numeric"}]
+    suite.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = {**os.environ, "AGENTRT_HOME": str(agentrt_home)}
+    cli = [sys.executable, "-m", "agentrt.cli"]
+    p = subprocess.run([*cli, "rollout", "--suite", str(suite), "--samples", "2", "--router", "fixed:direct",
+                        "--policy", "scripted:7", "--budget", "100", "--out", str(tmp_path / "r")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    traj = tmp_path / "r" / "trajectories"
+    recorded = {r.task.prompt_id: r.reward for r in read_trajectories(traj).records}
+    assert recorded == {"m": 1.0, "q": 1.0, "w": 0.0}
+    p = subprocess.run([*cli, "export", "--trajectories", str(traj), "--format", "verl", "--out", str(tmp_path / "v.jsonl")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    spec = importlib.util.spec_from_file_location("verl_reward", Path(__file__).resolve().parents[2] / "examples" / "verl_reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    exported = [json.loads(line) for line in (tmp_path / "v.jsonl").read_text().splitlines()]
+    assert len(exported) == 3  # one row per prompt
+    for row in exported:
+        got = module.compute_score(row["data_source"], "7", row["reward_model"]["ground_truth"], row["extra_info"])
+        assert got == recorded[_pid(row, rows)]
+
+
+def _pid(row: dict, rows: list[dict]) -> str:
+    return next(r["id"] for r in rows if r["question"] == row["extra_info"]["question"])
+
+
+def test_cluster_example_config():
+    """examples/cluster.toml parses: settings, backend spec and executor options as docs/scale.md says."""
+    from agentrt.backends import parse_spec
+    from agentrt.config import load_settings
+    from agentrt.executors import executor_table, make_executor
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"
+    settings = load_settings(path)
+    assert parse_spec(settings.policy)[0] == "openai" and settings.policy.count("http://") == 4
+    assert settings.memory_store == "http://chroma-1:8000" and str(settings.home) == "/shared/agentrt"
+    table = executor_table(path)
+    executor = make_executor(table.pop("kind"), **table)
+    assert (executor.name, executor.address, executor.actors, executor.max_inflight) == ("ray", "auto", 16, 8)
+    assert executor.env["HF_HUB_OFFLINE"] == "1" and not executor.slots  # nothing started
