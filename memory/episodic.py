@@ -82,6 +82,14 @@ class EpisodicMemory:
         )
         return self.last_step
 
+    def add_result(self, question: str, result: Any, *, reward: float | None = None) -> dict[str, Any]:
+        """Remember an ``agentrt.Result`` (duck-typed: route, answer, usage.total_tokens, trajectory_id)."""
+        usage = getattr(result, "usage", None)
+        return self.add_run(
+            question, result.route, result.answer, reward=reward,
+            tokens=int(getattr(usage, "total_tokens", 0) or 0), trajectory_id=getattr(result, "trajectory_id", None),
+        )
+
     def similar(
         self, question: str, k: int = 5, *, route: str | None = None, min_reward: float | None = None
     ) -> list[Episode]:

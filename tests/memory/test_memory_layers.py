@@ -38,6 +38,18 @@ def test_same_trajectory_updates_the_episode(mem_store):
     assert ep.similar("2+2?", k=1)[0].reward == 1.0
 
 
+def test_add_result_takes_an_agent_result(mem_store):
+    from agentrt.agent import Result
+    from agentrt.types import Usage
+
+    ep = EpisodicMemory(mem_store)
+    r = Result(answer="Paris", route="direct", usage=Usage(30, 5), budget=512, truncated=False, trajectory_id="tr-1")
+    step = ep.add_result("Capital of France?", r, reward=1.0)
+    assert step["op"] == "episode.add" and step["trajectory_id"] == "tr-1"
+    e = ep.similar("France capital", k=1)[0]
+    assert (e.answer, e.tokens, e.reward, e.trajectory_id) == ("Paris", 35, 1.0, "tr-1")
+
+
 def test_episode_bad_input(mem_store):
     ep = EpisodicMemory(mem_store)
     with pytest.raises(InputError, match="empty question"):
