@@ -280,9 +280,16 @@ def find_record(path: str | Path, run_id: str, filename: str | None = None) -> T
                     return record
             except (OSError, _Corrupt):
                 pass  # stale index: fall back to a scan
-    for record in iter_records(path):
-        if record.run_id == run_id:
-            return record
+    needle = json.dumps(run_id).encode()  # parse only the lines that mention the id
+    for file in trajectory_files(path):
+        for number, raw in enumerate(file.read_bytes().split(b"\n")[:-1], start=1):
+            if needle in raw:
+                try:
+                    record = parse_record(raw, file, number)
+                except _Corrupt:
+                    continue  # a torn line; read_trajectories reports it
+                if record.run_id == run_id:
+                    return record
     return None
 
 

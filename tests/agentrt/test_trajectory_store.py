@@ -107,6 +107,7 @@ def test_torn_tail_is_reported_then_repaired_by_the_next_writer(tmp_path: Path):
     assert report.torn_tail is None
     assert len(report.torn) == 1 and "line 2 is a torn record" in report.torn[0]
     assert find_record(tmp_path, "c").run_id == "c"
+    assert find_record(w.path, "a").run_id == "a" and find_record(w.path, "b") is None  # by scan; torn b is not read
 
 
 def test_corruption_in_the_middle_raises_with_its_place(tmp_path: Path):
