@@ -178,12 +178,16 @@ class _Run:
         step, q = payload["step"], payload["sub_question"]
         budget = self.ctx.budget.child(payload["tokens"], name=f"search:{step['id']}")
         t0 = time.perf_counter()
+        task = asyncio.ensure_future(run_tool_loop(
+            self.ctx, [Message("user", SEARCH_PROMPT.format(q=q))], [self.tool],
+            allowed=set(step.get("tools") or ["search"]) & {self.tool.name} or {self.tool.name},
+            max_steps=self.opts.max_steps, budget=budget, max_tokens=self.opts.step_max_tokens,
+            name=f"search:{step['id']}"))
+        # A late searcher is abandoned, not cancelled: cancelling a request mid-batch would disturb the
+        # other requests decoded with it. Its next call fails on the closed budget and it ends there.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
         try:
-            result = await asyncio.wait_for(run_tool_loop(
-                self.ctx, [Message("user", SEARCH_PROMPT.format(q=q))], [self.tool],
-                allowed=set(step.get("tools") or ["search"]) & {self.tool.name} or {self.tool.name},
-                max_steps=self.opts.max_steps, budget=budget, max_tokens=self.opts.step_max_tokens,
-                name=f"search:{step['id']}"), self.opts.step_timeout_s)
+            result = await asyncio.wait_for(asyncio.shield(task), self.opts.step_timeout_s)
         except (asyncio.TimeoutError, TimeoutError):
             return self._failed(step, q, f"timed out after {self.opts.step_timeout_s:g} s")
         except Exception as e:  # a searcher's failure is reported, never the run's crash
