@@ -207,3 +207,16 @@ def test_empty_query(small_corpus):
         small_corpus.search("  ")
     with pytest.raises(InputError, match="k must be"):
         small_corpus.search("x", k=0)
+
+
+def test_store_choice_is_config(chroma_server, tmp_path, monkeypatch):
+    from agentrt.config import Settings
+    from memory.corpus import resolve_location
+
+    served = open_corpus(Settings(memory_store=chroma_server), "via-settings", create=True)
+    ingest(served.store, [make_chunk("Pets", PARAPHRASE, "t")])
+    assert served.location == chroma_server and served.search("a cat asleep", k=1)[0].title == "Pets"
+    monkeypatch.setenv("AGENTRT_MEMORY", str(tmp_path / "env-store"))
+    assert resolve_location(Settings()) == str(tmp_path / "env-store")
+    monkeypatch.delenv("AGENTRT_MEMORY")
+    assert resolve_location(Settings(home=tmp_path)) == str(tmp_path / "memory")
