@@ -59,31 +59,42 @@ class Task:
 
 @dataclass
 class _Capture:
-    """Wraps the Agent's trajectory writer: scores each record before it is written, keeps it for the runner."""
+    """Wraps the Agent's trajectory writer: scores each record, adds task and reward, writes it.
+
+    Scoring (unit tests run a subprocess) and the fsync of the write happen in a worker thread, so
+    the event loop keeps feeding the batcher; ``run_one`` awaits the write before counting the run.
+    """
 
     inner: Any
     by_question: dict[str, Item] = field(default_factory=dict)
-    records: dict[str, Any] = field(default_factory=dict)
-    scored: dict[str, Scored] = field(default_factory=dict)
+    pending: dict[str, asyncio.Future] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
         return self.inner.path
 
     def append(self, record: Any) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not called from a run: write in place
+            self._finish(record)
+            return
+        self.pending[record.run_id] = loop.run_in_executor(None, self._finish, record)
+
+    def _finish(self, record: Any) -> tuple[Any, Scored | None]:
         from agentrt.trajectory import RewardBreakdown, TaskInfo
 
         item = self.by_question.get(record.question)
+        scored = None
         if item is not None and record.status in ("ok", "truncated"):
             scored = score_item(item, record.answer, record.route)
-            self.scored[record.run_id] = scored
             record.task = TaskInfo(data_source="agentrt-eval", ability=item.type, ground_truth=_jsonable(item.ground_truth()),
                                    verifier=item.verifier, prompt_id=item.id)
             record.reward = scored.score
             record.rewards = {**record.rewards, "eval": RewardBreakdown(score=scored.score, reason=scored.reason,
                                                                          verifier=item.verifier)}
-        self.records[record.run_id] = record
         self.inner.append(record)
+        return record, scored
 
 
 class _GroupSync:
@@ -206,6 +217,8 @@ async def run_tasks(agent: Any, tasks: list[Task], config: EvalConfig, *,
 
     try:
         await asyncio.gather(*(worker() for _ in range(max(1, config.workers))))
+        # Trajectories of runs that failed (their records carry the error) are written too.
+        await asyncio.gather(*capture.pending.values(), return_exceptions=True)
         await syncer.drain()
     finally:
         fh.close()
@@ -227,9 +240,11 @@ async def run_one(agent: Any, capture: _Capture, task: Task, config: EvalConfig)
                 "reason": "", "status": "error", "error": f"{type(e).__name__}: {e}", "truncated": False,
                 "prompt_tokens": 0, "completion_tokens": 0, "thinking_tokens": 0, "tool_calls": 0,
                 "latency_s": round(time.perf_counter() - started, 4), "trajectory_id": None}
+    record, scored = None, None
+    if result.trajectory_id in capture.pending:  # the trajectory is on disk before the run counts
+        record, scored = await capture.pending.pop(result.trajectory_id)
     latency = time.perf_counter() - started
-    record = capture.records.pop(result.trajectory_id, None)
-    scored = capture.scored.pop(result.trajectory_id, None) or score_item(task.item, result.answer, result.route)
+    scored = scored or score_item(task.item, result.answer, result.route)
     steps = record.steps if record is not None else []
     thinking = sum(s.get("usage", {}).get("completion_tokens", 0) for s in steps
                    if s.get("kind") == "model_call" and s.get("name") == "think")
