@@ -14,7 +14,7 @@ _HEDGE_WORDS = re.compile(r"\b(or|either|maybe|perhaps|possibly)\b|±|\+/-", re.
 _MARKERS = (
     re.compile(r"####\s*(.+)", re.S),
     re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}", re.S),
-    re.compile(r"(?:final answer|the answer is|answer)\s*[:is]*\s*(.+)", re.I | re.S),
+    re.compile(r"\b(?:final answer|answer)\b\s*(?:is\b|:|=)?\s*(.+)", re.I | re.S),
 )
 
 

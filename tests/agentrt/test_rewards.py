@@ -181,3 +181,13 @@ def test_a_whole_function_keeps_the_prompts_imports():
     code = "```python\ndef " + body + task["canonical_solution"] + "```"
     assert "from typing import List" not in code
     assert score("unit_tests", code, _gt(task)).score == 1.0
+
+
+@pytest.mark.parametrize("response,expected", [
+    ("She answered 3 questions, so 5 remain", 1.0),  # "answered" is not an answer marker
+    ("So the final answer is $5.00", 1.0),
+    ("Answer: 6", 0.0),
+    ("5 + 1 = 6, minus 1 is 5", 1.0),  # no marker: the last number
+])
+def test_numeric_answer_extraction(response, expected):
+    assert score("numeric", response, "#### 5").score == expected
