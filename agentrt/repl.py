@@ -80,7 +80,7 @@ class TurnView:
     def __rich__(self) -> Group:
         parts: list[Any] = []
         if self.route:
-            parts.append(Text.assemble(("route ", "bold"), (self.route, "bold cyan"),
+            parts.append(Text.assemble((f"route {self.route}", "bold cyan"),
                                        (f"  ({self.reason})" if self.reason else "", "dim")))
         if self.plan is not None:
             state = "" if self.approved is None else ("  approved" if self.approved else "  rejected")
@@ -107,7 +107,7 @@ class Repl:
     def __init__(self, agent: Agent, *, console: Console | None = None, budget: int | None = None,
                  route: str | None = None, approve_plans: bool = False) -> None:
         self.agent = agent
-        self.console = console or Console()
+        self.console = console or Console(highlight=False)
         self.session = agent.session(budget=budget)
         self.budget = budget or agent.settings.budget
         self.route = route
@@ -166,7 +166,10 @@ class Repl:
             return
         r = view.answer.result
         self.console.print(Panel(r.answer or "(no answer)", title="answer", title_align="left"))
-        sources = [t.name + (f": {t.result[:80]}" if t.result else "") for t in view.tools]
+        sources = [f"passage {c}" for c in getattr(r, "citations", None) or []]
+        sources += [t.name + (f": {t.result[:80]}" if t.result else "") for t in view.tools]
+        if sources:
+            self.console.print("sources:", style="bold")
         for i, src in enumerate(sources, 1):
             self.console.print(f"  [{i}] {src}", style="blue", markup=False)
         self.console.print(f"[dim]route={r.route} tokens={r.usage.total_tokens}/{r.budget} status={r.status} "
@@ -223,7 +226,8 @@ class Repl:
         if not self.last or not self.last.run_id:
             self.console.print("no turn yet")
             return
-        table = Table(title=f"trajectory {self.last.run_id}")
+        self.console.print(f"trajectory {self.last.run_id}  route {self.last.route}", markup=False)
+        table = Table()
         for col in ("step", "state", "tokens"):
             table.add_column(col)
         for name, state, tokens in self.last.steps:
@@ -234,8 +238,9 @@ class Repl:
     def _ask_user(self, question: str) -> str:
         return self.console.input(f"[bold]agent asks:[/] {question}\n> ")
 
-    def _approve_plan(self, plan: dict[str, Any]) -> bool:
-        self.console.print(json.dumps(plan, indent=2, ensure_ascii=False), markup=False)
+    def _approve_plan(self, plan: Any) -> bool:
+        shown = plan.model_dump() if hasattr(plan, "model_dump") else plan  # the plan route passes a Plan
+        self.console.print(json.dumps(shown, indent=2, ensure_ascii=False, default=str), markup=False)
         return self.console.input("approve this plan? [Y/n] ").strip().lower() in ("", "y", "yes")
 
     def _history(self) -> None:

@@ -27,8 +27,23 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise InputError(f"--budget must be a positive number of tokens, got {args.budget}")
     if args.route is not None and args.route not in ROUTE_FUNCTIONS:
         raise InputError(f"unknown route {args.route!r}; choose one of: {', '.join(ROUTE_FUNCTIONS)}")
-    console = Console()
+    console = Console(highlight=False)
     agent = Agent(load_settings(args.config, policy=args.policy))
     with console.status(f"loading {agent.settings.policy} ..."):
         agent.policy  # noqa: B018 - load before the first prompt
-    return Repl(agent, console=console, budget=args.budget, route=args.route, approve_plans=args.approve_plans).run()
+    try:
+        return Repl(agent, console=console, budget=args.budget, route=args.route, approve_plans=args.approve_plans).run()
+    finally:
+        _close(agent)
+
+
+def _close(agent) -> None:
+    """Stop the backend's worker before the interpreter exits: a cancelled turn may still be decoding in it,
+    and a daemon thread inside torch at shutdown aborts the process."""
+    policy = agent._policy
+    if policy is None or not hasattr(policy, "close"):
+        return
+    policy.close()
+    thread = getattr(policy, "_thread", None)
+    if thread is not None:
+        thread.join(timeout=120)

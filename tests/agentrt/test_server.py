@@ -149,3 +149,12 @@ def test_32_concurrent_openai_clients(server):
     assert len(set(ids)) == 32
     records = _records(home)
     assert all(records[i]["status"] in ("ok", "truncated") for i in ids)
+
+
+def test_openai_client_example(server):
+    base, _ = server
+    script = ROOT / "examples" / "openai_client.py"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "AGENTRT_URL": f"{base}/v1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "trajectory_id" in out.stdout and "[run_started]" in out.stdout

@@ -1,0 +1,126 @@
+"""SDK: typed events from stream/astream, cancellation, per-run overrides, sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrt import Agent
+from agentrt.backends.scripted import ScriptedBackend
+from agentrt.events import (Answer, BudgetUpdate, RouteDecided, RunStarted, StepFinished, StepStarted, TokenDelta,
+                            to_events)
+
+
+def _records(home: Path) -> list[dict]:
+    return [json.loads(x) for x in (home / "trajectories" / "trajectories.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_stream_yields_typed_events_on_the_embedded_model(agent, agentrt_home):
+    events = list(agent.stream("What is 2 + 2?", budget=300, thinking_cap=16))
+    types = [e.type for e in events]
+    assert isinstance(events[0], RunStarted) and isinstance(events[-1], Answer)
+    assert types[1] == "route_decided" and events[1].route == events[0].route
+    starts = [e for e in events if isinstance(e, StepStarted)]
+    finishes = [e for e in events if isinstance(e, StepFinished) and e.kind == "model_call"]
+    assert len(starts) == len(finishes) >= 1
+    budgets = [e for e in events if isinstance(e, BudgetUpdate)]
+    assert [b.spent for b in budgets] == sorted(b.spent for b in budgets) and budgets[-1].total == 300
+    result = events[-1].result
+    assert budgets[-1].spent == result.usage.total_tokens <= 300
+    assert [t.step for t in events if isinstance(t, TokenDelta)] == [s.name for s in starts]
+    record = _records(agentrt_home)[-1]
+    assert record["run_id"] == events[0].run_id == result.trajectory_id
+    assert all(isinstance(e.to_dict()["type"], str) for e in events)
+    json.dumps([e.to_dict() for e in events], default=str)
+
+
+@pytest.mark.slow
+def test_session_remembers_prior_turns(agent, agentrt_home):
+    chat = agent.session(budget=400)
+    first = chat.ask("My favourite colour is green.", route="direct")
+    second = chat.ask("What is my favourite colour?", route="direct")
+    assert [t.trajectory_id for t in chat.turns] == [first.trajectory_id, second.trajectory_id]
+    records = {r["run_id"]: r for r in _records(agentrt_home)}
+    assert "favourite colour is green" in records[second.trajectory_id]["question"]
+    assert records[second.trajectory_id]["usage"]["total_tokens"] <= 400
+    chat.reset()
+    third = chat.ask("Hello", route="direct")
+    assert "green" not in {r["run_id"]: r for r in _records(agentrt_home)}[third.trajectory_id]["question"]
+
+
+def test_session_drops_old_turns_to_fit_its_history_share(agentrt_home):
+    backend = ScriptedBackend(["word " * 30])
+    chat = Agent(policy=backend).session(budget=200, history_share=0.5)
+    for i in range(5):
+        chat.ask(f"question number {i}")
+    prompt = chat.prompt_for("next")
+    assert "question number 4" in prompt and "question number 0" not in prompt
+    assert backend.count_tokens([backend_msg(prompt)]) <= 200 * 0.5 + 40
+    # the route is decided on the new message, not on the history in front of it
+    assert chat.turns[-1].route == "direct"
+
+
+def backend_msg(text: str):
+    from agentrt.types import Message
+
+    return Message("user", text)
+
+
+def test_closing_the_stream_cancels_the_run(agentrt_home):
+    agent = Agent(policy=ScriptedBackend(["slow answer"], delay_s=30))
+
+    async def main():
+        gen = agent.astream("Hello there", budget=100)
+        async for event in gen:
+            if isinstance(event, StepStarted):
+                break
+        await gen.aclose()
+
+    asyncio.run(main())
+    assert _records(agentrt_home)[-1]["status"] == "cancelled"
+
+
+def test_sync_stream_early_exit_cancels(agentrt_home):
+    agent = Agent(policy=ScriptedBackend(["slow answer"], delay_s=30))
+    for event in agent.stream("Hello there", budget=100):
+        if isinstance(event, StepStarted):
+            break
+    assert _records(agentrt_home)[-1]["status"] == "cancelled"
+
+
+def test_stream_raises_the_run_error(agentrt_home):
+    from agentrt import InputError
+
+    agent = Agent(policy=ScriptedBackend(["x"]))
+    with pytest.raises(InputError, match="budget"):
+        list(agent.stream("Hello there", budget=2))
+
+
+def test_per_run_overrides(agentrt_home):
+    default, other = ScriptedBackend(["from default"]), ScriptedBackend(["from override"], name="other")
+    agent = Agent(policy=default)
+    seen: list[str] = []
+    r = agent.run("What is the capital of France?", budget=100, route="direct", policy=other,
+                  on_event=lambda e: seen.append(e["type"]))
+    assert r.answer == "from override" and not default.calls
+    assert seen[0] == "run_started" and seen[-1] == "run_finished" and "model_call_started" in seen
+    assert agent.run("What is the capital of France?", budget=100, route="direct").answer == "from default"
+
+
+def test_unknown_raw_events_are_ignored():
+    assert to_events({"type": "something_new"}) == []
+    assert isinstance(to_events({"type": "step", "step": {"kind": "route_decision", "route": "direct"}})[0], RouteDecided)
+    assert to_events({"type": "step", "step": {"kind": "memory_op", "op": "query"}})[0].name == "query"
+
+
+def test_front_ends_stay_out_of_import_agentrt():
+    code = ("import sys, agentrt, agentrt.cli\nagentrt.cli.build_parser()\n"
+            "print(','.join(m for m in ('opentelemetry', 'fastapi', 'uvicorn', 'openai', 'pexpect') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
