@@ -330,7 +330,15 @@ def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_gr
     if out.suffix not in (".parquet", ".jsonl"):
         raise InputError(f"--out {out} must end in .parquet or .jsonl")
     report = ExportReport(fmt, str(out), runs=len(records))
-    rows = FORMATS[fmt](records, report, parquet=parquet, min_group=min_group)
+    valid = []
+    for r in records:
+        try:
+            r.model_calls()
+            valid.append(r)
+        except TrajectoryError as e:  # one malformed run must not sink the export: leave it out, say why
+            report.skip("malformed model_call step")
+            report.problems.append(str(e))
+    rows = FORMATS[fmt](valid, report, parquet=parquet, min_group=min_group)
     if not rows:
         raise InputError(f"no {fmt} rows from {len(records)} runs (skipped: {report.skipped_text()}); "
                          "check --filter and that the runs carry what the format needs (task, token ids)")

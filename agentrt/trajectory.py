@@ -228,7 +228,17 @@ class TrajectoryRecord(BaseModel):
 
     def model_calls(self) -> list[ModelCallStep]:
         """The model_call steps, in order."""
-        return [s for s in self.typed_steps() if isinstance(s, ModelCallStep)]
+        out = []
+        for i, step in enumerate(self.steps):
+            if step.get("kind") != "model_call":
+                continue  # other kinds are validated (and may fail) only when asked for
+            try:
+                out.append(ModelCallStep.model_validate(step))
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                raise TrajectoryError(f"run {self.run_id}: step {i} (model_call): {where}: {err['msg']}") from None
+        return out
 
 
 def new_run_id() -> str:

@@ -263,3 +263,11 @@ def test_real_runs_export_and_report_continuity(agent, embedded, tmp_path):
     results = [check_continuity(r, hf_tokenize(embedded), embedded.eos_ids) for r in records]
     assert results[0].ok, results[0].detail  # one greedy turn re-tokenizes to the same ids
     print("continuity:", [(r.ok, r.detail[:120]) for r in results], report.summary(), report.problems)
+
+
+def test_a_malformed_run_is_left_out_and_reported(tmp_path):
+    bad = simple_records()[0].model_copy(update={"run_id": "bad"})
+    bad.steps = [{"kind": "model_call", "name": "answer"}]  # no ids, no messages
+    report = export([bad] + simple_records(), "openai", tmp_path / "o.jsonl")
+    assert report.rows == 5 and report.skipped == {"malformed model_call step": 1}
+    assert "run bad: step 0 (model_call)" in report.problems[0]
