@@ -47,20 +47,37 @@ def _ray() -> Any:
 
 
 class _Buffer:
-    """An actor's trajectory writer: keeps each record under the key of the task whose run wrote it."""
+    """An actor's trajectory store: keeps each record under the key of the task whose run wrote it."""
 
     def __init__(self, path: str) -> None:
         self.path = Path(path)
         self.by_key: dict[str | None, list[Any]] = {}
 
+    def append(self, record: Any) -> None:  # may be called from the runner's scoring thread
+        self.by_key.setdefault(record.metadata.get("task_key"), []).append(record)
+
+    def pop(self, key: str) -> list[Any]:
+        return self.by_key.pop(key, [])
+
+
+class _Tagger:
+    """The Agent's writer on an actor: tags each record with its task key (read from the run's context,
+    where the Agent calls ``append``), then hands it to the runner's capture (scoring) -> ``_Buffer``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.keys: dict[str, str] = {}
+
+    @property
+    def path(self) -> Path:
+        return self.inner.path
+
     def append(self, record: Any) -> None:
         key = _TASK_KEY.get()
         if key is not None:  # lets readers match a trajectory to its task (and check uniqueness)
             record.metadata = {**record.metadata, "task_key": key}
-        self.by_key.setdefault(key, []).append(record)
-
-    def pop(self, key: str) -> list[Any]:
-        return self.by_key.pop(key, [])
+            self.keys[record.run_id] = key
+        self.inner.append(record)
 
 
 class Worker:
@@ -80,8 +97,9 @@ class Worker:
             conf = conf.model_copy(update={"home": Path(tempfile.gettempdir()) / f"agentrt-actor-{os.getuid()}"})
         self.agent = Agent(conf)
         self.buffer = _Buffer(trajectory_path)
-        self.capture = _Capture(self.buffer)
-        self.agent.writer = self.capture
+        self.capture = _Capture(self.buffer)  # the runner's scoring writer, as in the local executor
+        self.tagger = _Tagger(self.capture)
+        self.agent.writer = self.tagger
 
     async def ready(self) -> dict[str, Any]:
         """Load the backends now (not on the first task), so a bad spec fails the start with its message."""
@@ -102,10 +120,15 @@ class Worker:
             result = await run_one(self.agent, self.capture, task, config)
         finally:
             _TASK_KEY.reset(token)
+        # run_one awaits its own trajectory; a failed run's trajectory may still be on its way.
+        pending = getattr(self.capture, "pending", {})
+        mine = [run_id for run_id, key in self.tagger.keys.items() if key == task.key]
+        for run_id in mine:
+            self.tagger.keys.pop(run_id, None)
+            future = pending.pop(run_id, None)
+            if future is not None:
+                await asyncio.gather(future, return_exceptions=True)
         records = self.buffer.pop(task.key)
-        for r in records:  # run_one pops what it used; a failed run's record would stay
-            self.capture.records.pop(r.run_id, None)
-            self.capture.scored.pop(r.run_id, None)
         return {"result": result, "trajectories": [r.model_dump(mode="json") for r in records]}
 
 

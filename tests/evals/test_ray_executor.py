@@ -278,3 +278,39 @@ def test_cluster_example_config():
     executor = make_executor(table.pop("kind"), **table)
     assert (executor.name, executor.address, executor.actors, executor.max_inflight) == ("ray", "auto", 16, 8)
     assert executor.env["HF_HUB_OFFLINE"] == "1" and not executor.slots  # nothing started
+
+
+def test_worker_returns_failed_runs_trajectory(tmp_path):
+    """An actor's body (plain class, no cluster): a run that fails mid-way comes back as an error record
+    plus its ``failed`` trajectory, tagged with the task key; an ok run with its scored trajectory."""
+    import asyncio
+
+    from agentrt.backends.scripted import ScriptedBackend
+    from agentrt.executors.ray_executor import Worker
+    from evals.routers import make_router
+    from evals.runner import Task
+    from evals.suites import Item
+
+    def reply(messages, params):
+        if "boom" in messages[-1].content:
+            raise RuntimeError("backend fell over")
+        return "#### 7"
+
+    worker = Worker(Settings(home=tmp_path / "home", policy="scripted:x").model_dump(mode="json"), str(tmp_path / "t.jsonl"))
+    worker.agent._policy = ScriptedBackend([reply])
+    router = make_router("fixed:direct")
+    config = _config(tmp_path / "out", tmp_path / "unused.jsonl")
+    good = Task(router, "s", Item(id="1", question="What is 3 + 4?", type="math", answers=["7"], verifier="numeric"), 0)
+    bad = Task(router, "s", Item(id="2", question="boom: what is 1 + 6?", type="math", answers=["7"], verifier="numeric"), 0)
+
+    async def both():
+        return await asyncio.gather(worker.run(good, config), worker.run(bad, config))
+
+    ok, failed = asyncio.run(both())
+    assert ok["result"]["score"] == 1.0 and len(ok["trajectories"]) == 1
+    t = ok["trajectories"][0]
+    assert t["metadata"]["task_key"] == good.key and t["reward"] == 1.0 and t["run_id"] == ok["result"]["trajectory_id"]
+    assert failed["result"]["status"] == "error" and "backend fell over" in failed["result"]["error"]
+    assert [t["status"] for t in failed["trajectories"]] == ["failed"]
+    assert failed["trajectories"][0]["metadata"]["task_key"] == bad.key
+    assert not worker.buffer.by_key and not worker.tagger.keys  # nothing left behind on the actor
