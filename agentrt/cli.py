@@ -16,11 +16,11 @@ from agentrt.errors import AgentrtError, UserError
 # Command modules, imported when the parser is built (they import heavy things lazily themselves).
 COMMAND_MODULES = [
     "agentrt.commands.run",
+    "agentrt.commands.route",
     "agentrt.commands.memory",
     "agentrt.commands.eval",
+    "agentrt.commands.rollout",
     "agentrt.commands.export",
-    "agentrt.commands.chat",
-    "agentrt.commands.serve",
     "agentrt.commands.chat",
     "agentrt.commands.serve",
     "agentrt.commands.tools",
