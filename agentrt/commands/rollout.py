@@ -30,12 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", help="policy backend spec (default: the config's, else hf:embedded)")
     p.add_argument("--out", required=True, help="output folder (results.jsonl, trajectories/); reused to resume")
     p.add_argument("--trajectories", help="trajectory directory (default OUT/trajectories; a shared folder on a cluster)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_executor_args(p)
     p.set_defaults(func=cmd_rollout)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     import asyncio
+    import sys
 
     from agentrt.agent import Agent
     from agentrt.config import ensure_writable_dir, load_settings
@@ -43,7 +45,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from agentrt.executors import executor_from_args
     from agentrt.trajectory import TrajectoryWriter
     from evals.routers import make_router
-    from evals.runner import EvalConfig, plan_tasks
+    from evals.runner import EvalConfig, _with_progress, plan_tasks
     from evals.suites import load_suite
 
     for name in ("samples", "budget", "workers", "limit"):
@@ -62,7 +64,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     agent.writer = TrajectoryWriter(traj_dir)
     tasks = plan_tasks(suites, [router], config.samples, config.limit)
     try:
-        records = asyncio.run(executor.run_tasks(agent, tasks, config))
+        progress = not args.no_progress and sys.stderr.isatty()
+        records = asyncio.run(_with_progress(agent, tasks, config, progress, executor))
     finally:
         executor.close()
     keys = {t.key for t in tasks}
