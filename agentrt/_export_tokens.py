@@ -27,7 +27,7 @@ class TokenSegment:
     calls: list[int] = field(default_factory=list)  # indices (among model calls) covered
 
     def add_completion(self, call: ModelCallStep) -> None:
-        ids = call.completion_token_ids[0]
+        ids = call.completion_token_ids[0] or []
         lps = call.completion_logprobs[0] or [0.0] * len(ids)
         self.response_ids += ids
         self.response_mask += call.mask(0)
@@ -39,7 +39,7 @@ class TokenSegment:
 
 def token_segments(record: TrajectoryRecord) -> tuple[list[TokenSegment], list[str]]:
     """The run's continuous segments (usually one), and a note for every break between them."""
-    calls = [c for c in record.model_calls() if c.prompt_token_ids is not None and c.completion_token_ids]
+    calls = [c for c in record.model_calls() if c.has_ids()]
     segments: list[TokenSegment] = []
     breaks: list[str] = []
     for i, call in enumerate(calls):

@@ -249,13 +249,13 @@ def rows_trl_sft(records: list[TrajectoryRecord], report: ExportReport, *, parqu
 def rows_triplets(records: list[TrajectoryRecord], report: ExportReport, **_: Any) -> list[dict]:
     rows = []
     for r in records:
-        calls = [c for c in r.model_calls() if c.prompt_token_ids is not None and c.completion_token_ids]
+        calls = [c for c in r.model_calls() if c.has_ids()]
         if not calls:
             report.skip("no token ids")
             continue
         reward = reward_of(r)
         for i, c in enumerate(calls):
-            ids = c.completion_token_ids[0]
+            ids = c.completion_token_ids[0] or []
             rows.append({"run_id": r.run_id, "index": i, "name": c.name,
                          "prompt": {"token_ids": c.prompt_token_ids},
                          "response": {"token_ids": ids, "log_probs": c.completion_logprobs[0] or [0.0] * len(ids)},

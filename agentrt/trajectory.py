@@ -61,10 +61,15 @@ class ModelCallStep(_Step):
     params: dict[str, Any] = {}
     latency_s: float
 
+    def has_ids(self, choice: int = 0) -> bool:
+        """Whether prompt and completion token ids were recorded (exports at token level need both)."""
+        return (self.prompt_token_ids is not None and len(self.completion_token_ids) > choice
+                and self.completion_token_ids[choice] is not None)
+
     def mask(self, choice: int = 0) -> list[int]:
         """The loss mask of one choice (all ones when the record predates v1)."""
         if self.loss_mask is None:
-            return [1] * len(self.completion_token_ids[choice])
+            return [1] * len(self.completion_token_ids[choice] or [])
         return self.loss_mask[choice]
 
 

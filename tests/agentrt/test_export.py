@@ -271,3 +271,18 @@ def test_a_malformed_run_is_left_out_and_reported(tmp_path):
     report = export([bad] + simple_records(), "openai", tmp_path / "o.jsonl")
     assert report.rows == 5 and report.skipped == {"malformed model_call step": 1}
     assert "run bad: step 0 (model_call)" in report.problems[0]
+
+
+def test_runs_without_token_ids_export_as_text_only(tmp_path):
+    """Some HTTP backends cannot return token ids (None): chat formats work, token formats skip the run."""
+    rec = simple_records()[0]
+    rec.steps[0]["completion_token_ids"] = [None]
+    rec.steps[0]["prompt_token_ids"] = None
+    rec.steps[0]["loss_mask"] = [[]]
+    rec = TrajectoryRecord.model_validate(rec.model_dump())
+    assert rec.model_calls()[0].mask() == [] and not rec.model_calls()[0].has_ids()
+    assert export([rec], "openai", tmp_path / "o.jsonl").rows == 1
+    with pytest.raises(InputError, match="no verl-tokens rows .* 1 .no token ids."):
+        export([rec], "verl-tokens", tmp_path / "t.parquet")
+    with pytest.raises(InputError, match="no triplets rows"):
+        export([rec], "triplets", tmp_path / "t.parquet")
