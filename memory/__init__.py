@@ -26,6 +26,7 @@ __all__ = [
     "EpisodicMemory",
     "SemanticMemory",
     "compress_messages",
+    "Notes",
 ]
 
 _LAZY = {
@@ -35,6 +36,7 @@ _LAZY = {
     "EpisodicMemory": "memory.episodic",
     "SemanticMemory": "memory.semantic",
     "compress_messages": "memory.compress",
+    "Notes": "memory.notes",
 }
 
 

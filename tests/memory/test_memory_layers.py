@@ -118,3 +118,21 @@ def test_fact_bad_input(mem_store):
     with pytest.raises(InputError, match="non-empty value"):
         sm.assert_fact("Alice", "lives in", "  ")
     assert mem_store.count() == 0
+
+
+def test_notes_fit_the_memory_tools(mem_store):
+    from memory.notes import Notes
+    from tools.memory import make_memory_tools
+
+    notes = Notes(mem_store)
+    nid = notes.add("The user prefers answers in French.", {"source": "turn 3"})
+    assert notes.add("The user prefers answers in French.", {"source": "turn 7"}) == nid  # stored once
+    assert mem_store.count() == 1
+    hits = notes.search("which language does the user want?", k=2)
+    assert hits[0].id == nid and hits[0].metadata["source"] == "turn 7"
+    assert notes.last_step["op"] == "note.search"
+    read, write = make_memory_tools(notes)  # the tools/ room's protocol, over this store
+    assert write.fn("Alice's locker code is 4417.").startswith("saved as note-")
+    assert "4417" in read.fn("locker code", 1)
+    with pytest.raises(InputError):
+        notes.add("  ")
