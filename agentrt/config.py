@@ -41,8 +41,6 @@ class Settings(BaseModel):
     memory_store: str | None = None  # vector store: a folder or http://HOST:PORT (default $AGENTRT_MEMORY, else home/memory)
     # OpenTelemetry spans (extra `tracing`): none (off), console, otlp (OTEL_EXPORTER_OTLP_ENDPOINT), memory (tests).
     tracing: str = Field(default="none", pattern="^(none|console|otlp|memory)$")
-    # OpenTelemetry spans (extra `tracing`): none (off), console, otlp (OTEL_EXPORTER_OTLP_ENDPOINT), memory (tests).
-    tracing: str = Field(default="none", pattern="^(none|console|otlp|memory)$")
     allow_python: bool = False  # the python tool (sandboxed code execution) is off unless enabled
 
     @property
