@@ -258,6 +258,13 @@ def test_trainer_handoff_rewards(tmp_path, agentrt_home):
     for row in exported:
         got = module.compute_score(row["data_source"], "7", row["reward_model"]["ground_truth"], row["extra_info"])
         assert got == recorded[_pid(row, rows)]
+    # The OpenRLHF reward file scores the trl-prompts labels the same way.
+    spec = importlib.util.spec_from_file_location("orl", Path(__file__).resolve().parents[2] / "examples" / "openrlhf_reward.py")
+    orl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(orl)
+    qa = next(r for r in exported if r["extra_info"]["verifier"] == "qa")["reward_model"]["ground_truth"]
+    out = orl.reward_func(["Q: say it. A: seven", "Q: say it. A: nine"], ["Q: say it. A:"] * 2, [qa, qa])
+    assert out["rewards"].tolist() == [1.0, 0.0]
 
 
 def _pid(row: dict, rows: list[dict]) -> str:
