@@ -16,7 +16,7 @@ from agentrt.budget import Budget
 from agentrt.config import Settings, ensure_writable_dir, load_settings
 from agentrt.errors import BudgetExceeded, InputError, UserError
 from agentrt.protocols import ModelBackend
-from agentrt.router import decide
+from agentrt.routing import RouteDecision, extract, make_router
 from agentrt.routes import ROUTE_FUNCTIONS, RouteOutput
 from agentrt.run import RunContext
 from agentrt.trajectory import TrajectoryRecord, TrajectoryWriter, new_run_id
@@ -43,6 +43,7 @@ class Result:
     trajectory_file: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     citations: list[str] = field(default_factory=list)  # passage ids the answer cites (plan route)
+    decision: dict[str, Any] | None = None  # the router's decision table (None when the route was given)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +58,7 @@ class Result:
             "trajectory_file": self.trajectory_file,
             "timings": self.timings,
             "citations": self.citations,
+            "decision": self.decision,
         }
 
 
@@ -110,15 +112,16 @@ class Agent:
 
     async def arun(self, question: str, *, budget: int | None = None, route: str | None = None,
                    thinking_cap: int | None = None, policy: ModelBackend | None = None,
-                   router: Callable[[str], Any] | None = None,
+                   router: str | Any | None = None,
                    on_event: Callable[[dict[str, Any]], None] | None = None,
                    approve_plan: Callable[[Any], Any] | None = None,
-                   ask_user: Callable[[str], str] | None = None) -> Result:
+                   ask_user: Callable[[str], str] | None = None, tools: list[Any] | None = None) -> Result:
         """The async form of ``run``.
 
-        Per-run overrides: ``policy`` (a backend instead of the agent's), ``router`` (question ->
-        RouteStep, instead of the rule router), ``on_event`` (raw run events, see agentrt.events),
-        ``approve_plan`` / ``ask_user`` (callbacks the plan route and the ask_user tool consult).
+        Per-run overrides: ``policy`` (a backend instead of the agent's), ``router`` (a spec such as
+        ``"learned:router.json"``, a router object, or a callable question -> decision), ``on_event`` (raw run events, see agentrt.events),
+        ``approve_plan`` / ``ask_user`` (callbacks the plan route and the ask_user tool consult),
+        ``tools`` (tools.base.Tool list: the reason route then acts through those its allowlist permits).
         """
         total = self.settings.budget if budget is None else budget
         self._validate(question, total, route, thinking_cap)
@@ -133,24 +136,29 @@ class Agent:
         if total <= prompt_tokens:
             raise InputError(f"budget {total} is smaller than the prompt ({prompt_tokens} tokens); use a budget of at least {prompt_tokens + 16}")
 
-        decision = (router or decide)(question) if route is None else None
-        chosen = route or decision.route  # type: ignore[union-attr]
+        decision = await self._decide(question, total, policy, router) if route is None else None
+        chosen = route or decision.action  # type: ignore[union-attr]
         if self.settings.tracing != "none":
             from agentrt.tracing import traced
 
             on_event = traced(self.settings, on_event)
         callbacks = {k: v for k, v in (("approve_plan", approve_plan), ("ask_user", ask_user)) if v}
         ctx = RunContext(new_run_id(), question, Budget(total), policy, self.settings, on_event=on_event,
-                         callbacks=callbacks)
+                         callbacks=callbacks, tools=list(tools or []))
         ctx.emit({"type": "run_started", "run_id": ctx.run_id, "question": question, "route": chosen,
                   "budget": total, "model": policy.name, "metadata": ctx.metadata})
         if decision is not None:
-            ctx.record(decision.model_dump())
+            ctx.record(decision.to_step())
+            if decision.cost_tokens:  # the self router scored labels with the model: that is spending too
+                held = ctx.budget.reserve(decision.cost_tokens, 0, min_tokens=0)
+                ctx.budget.charge(held, decision.cost_tokens, 0)
         created = time.time()
         status, error, output = "ok", None, RouteOutput("")
         try:
             fn = ROUTE_FUNCTIONS[chosen]
             output = await (fn(ctx, question, thinking_cap) if chosen == "reason" else fn(ctx, question))
+            if decision is not None and decision.escalation:
+                chosen, output = await self._escalate(ctx, question, decision, chosen, output)
         except BudgetExceeded as e:
             status, error, output = "truncated", str(e), RouteOutput(ctx.best_answer)
         except asyncio.CancelledError:
@@ -170,7 +178,39 @@ class Agent:
             thought=output.thought, citations=list(output.citations),
             reason=decision.reason if decision else "route given by the caller",
             trajectory_file=str(self.writer.path), timings=record.timings,
+            decision=decision.model_dump() if decision else None,
         )
+
+    async def _decide(self, question: str, budget: int, policy: ModelBackend, router: Any) -> RouteDecision:
+        """Ask the router (a spec, a router object, or a legacy callable) for a RouteDecision."""
+        router = router if router is not None else self.settings.router
+        if isinstance(router, str):
+            router = make_router(router, self.settings, policy=policy)
+        if hasattr(router, "decide"):
+            return await router.decide(question, extract(question), budget)
+        d = router(question)
+        if isinstance(d, RouteDecision):
+            return d
+        return RouteDecision(router="custom", action=d.route, propensity=d.propensity, probabilities=d.probabilities,
+                             p_success={}, expected_tokens={}, utility={}, features=d.features, reason=d.reason)
+
+    async def _escalate(self, ctx: RunContext, question: str, decision: RouteDecision, chosen: str,
+                        output: RouteOutput) -> tuple[str, RouteOutput]:
+        """Cascade: while the answer looks unsure and budget remains, try the next, stronger route."""
+        for stronger in decision.escalation:
+            confidence = _answer_confidence(ctx)
+            if confidence is None or confidence >= self.settings.cascade_threshold:
+                break
+            ctx.record({"kind": "escalation", "from": chosen, "to": stronger, "confidence": round(confidence, 4)})
+            try:
+                fn = ROUTE_FUNCTIONS[stronger]
+                output, chosen = await fn(ctx, question), stronger
+            except BudgetExceeded:
+                break  # keep the answer we have: it is complete, just less sure
+            except Exception as e:  # a stronger route that fails must not lose the answer we have
+                ctx.record({"kind": "escalation", "from": chosen, "to": stronger, "error": f"{type(e).__name__}: {e}"})
+                break
+        return chosen, output
 
     def _validate(self, question: Any, budget: Any, route: str | None, thinking_cap: int | None) -> None:
         if not isinstance(question, str) or not question.strip():
@@ -221,3 +261,12 @@ class Agent:
         from agentrt.session import Session
 
         return Session(self, history_share=history_share, budget=budget)
+
+
+def _answer_confidence(ctx: RunContext) -> float | None:
+    """Mean token log-probability of the last answer the run produced (None if unknown)."""
+    for step in reversed(ctx.steps):
+        if step.get("kind") == "model_call" and step.get("name") == "answer":
+            logprobs = (step.get("completion_logprobs") or [None])[0]
+            return sum(logprobs) / len(logprobs) if logprobs else None
+    return None

@@ -37,11 +37,19 @@ class Settings(BaseModel):
     thinking_cap: int = Field(default=256, ge=0)
     answer_max_tokens: int = Field(default=128, ge=1)
     thinking_style: str = Field(default="auto", pattern="^(auto|native|prompted)$")
-    corpus: str = "default"  # the memory collection the plan route's searchers search
-    memory_store: str | None = None  # vector store: a folder or http://HOST:PORT (default $AGENTRT_MEMORY, else home/memory)
     # OpenTelemetry spans (extra `tracing`): none (off), console, otlp (OTEL_EXPORTER_OTLP_ENDPOINT), memory (tests).
     tracing: str = Field(default="none", pattern="^(none|console|otlp|memory)$")
+    corpus: str = "default"  # the memory collection the plan route's searchers search
+    memory_store: str | None = None  # vector store: a folder or http://HOST:PORT (default $AGENTRT_MEMORY, else home/memory)
     allow_python: bool = False  # the python tool (sandboxed code execution) is off unless enabled
+    # Routing (agentrt.routing): which router, the utility's token price lambda, per-action floors,
+    # exploration (softmax temperature / epsilon, propensities logged) and the cascade's threshold.
+    router: str = "rules"
+    router_lambda: float = Field(default=0.3, ge=0.0)
+    router_floors: dict[str, float] = {}
+    router_temperature: float = Field(default=0.0, ge=0.0)
+    router_epsilon: float = Field(default=0.0, ge=0.0, le=1.0)
+    cascade_threshold: float = -0.8  # mean answer-token logprob below this -> escalate
 
     @property
     def trajectory_dir(self) -> Path:

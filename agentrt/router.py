@@ -1,27 +1,19 @@
-"""Route choice. For now: transparent rules over the question (the learned router comes later).
+"""Synchronous rules routing for callers that need a decision without an agent (sessions, tools).
 
-A decision always records the probability with which its route was chosen (the propensity), so
-logged runs can be used for off-policy learning.
+The routers themselves live in ``agentrt.routing``; this is the rules router with default settings.
 """
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
-from agentrt.trajectory import RouteStep
+from agentrt.routing.decision import RouteDecision
+from agentrt.routing.features import extract
+from agentrt.routing.rules import RulesRouter
 
-_ARITHMETIC = re.compile(r"\d\s*[-+*/x×^]\s*\d|\bhow (many|much)\b|\bcalculate\b|\bsolve\b|\bprove\b", re.I)
-_MULTI_STEP = re.compile(r"\bstep by step\b|\bwhy\b|\bexplain\b|\bcompare\b", re.I)
 
+def decide(question: str, settings: Any = None, budget: int = 1024) -> RouteDecision:
+    """The rules router's decision for ``question`` (features computed here)."""
+    from agentrt.config import Settings
 
-def decide(question: str, available: tuple[str, ...] = ("direct", "reason")) -> RouteStep:
-    """Pick ``reason`` for arithmetic or multi-step cues, else ``direct``."""
-    features = {
-        "chars": len(question),
-        "arithmetic": bool(_ARITHMETIC.search(question)),
-        "multi_step": bool(_MULTI_STEP.search(question)),
-    }
-    wants_reason = features["arithmetic"] or features["multi_step"] or len(question) > 400
-    route = "reason" if wants_reason and "reason" in available else "direct"
-    why = "arithmetic or multi-step cue" if wants_reason else "short factual question"
-    return RouteStep(route=route, propensity=1.0, probabilities={route: 1.0}, reason=why, features=features)
+    return RulesRouter(settings or Settings()).decide_sync(question, extract(question), budget)

@@ -61,6 +61,15 @@ async def reason(ctx: RunContext, question: str, thinking_cap: int | None = None
 
     ``samples > 1``: that many samples in one batched call, selected by majority vote (or ``verifier``).
     """
+    if ctx.tools:
+        from agentrt.toolcall import run_tool_loop, tools_for_route
+
+        allowed = tools_for_route("reason", ctx.tools, ctx.settings)
+        if allowed:  # reason by acting: a bounded, grammar-constrained tool loop (e.g. the calculator)
+            loop = await run_tool_loop(ctx, [Message("user", question)], allowed, max_steps=4, budget=ctx.budget)
+            ctx.best_answer = loop.answer
+            trace = "; ".join(f"{c['name']}({c['args']}) -> {c['error'] or c['result']}" for c in loop.calls)
+            return RouteOutput(loop.answer, trace or None)
     if samples > 1:
         from agentrt.sampling import reason_samples
 
@@ -119,4 +128,24 @@ async def plan(ctx: RunContext, question: str) -> RouteOutput:
     return await plan_route(ctx, question)
 
 
-ROUTE_FUNCTIONS = {"direct": direct, "reason": reason, "plan": plan}
+ASK_SYSTEM = ("The user's request is unclear or missing information. Do not answer it. "
+              "Reply with one short question that asks for what is missing.")
+ABSTAIN_ANSWER = "I don't know."
+
+
+async def ask(ctx: RunContext, question: str) -> RouteOutput:
+    """Return a clarifying question instead of guessing."""
+    messages = [Message("system", ASK_SYSTEM), Message("user", question)]
+    completion = await ctx.call_model("ask", messages, GenParams(max_tokens=48, stop=["\n"]))
+    text = completion.text.strip()
+    if not text.endswith("?"):
+        text = "Could you say more precisely what you are asking" + (f" about '{question.strip()}'?" if len(question) < 80 else "?")
+    return RouteOutput(text)
+
+
+async def abstain(ctx: RunContext, question: str) -> RouteOutput:
+    """Say "I don't know" when no route is likely enough to succeed (spends no tokens)."""
+    return RouteOutput(ABSTAIN_ANSWER)
+
+
+ROUTE_FUNCTIONS = {"direct": direct, "reason": reason, "plan": plan, "ask": ask, "abstain": abstain}

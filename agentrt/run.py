@@ -38,6 +38,8 @@ class RunContext:
     # Caller hooks a route may use: "approve_plan" (plan -> True / edited plan / False, see
     # agentrt.workflow), "ask_user" (question -> reply). The route emits plan_approved itself.
     callbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # Tools this run may use (tools.base.Tool); each route keeps only those its allowlist names.
+    tools: list[Any] = field(default_factory=list)
 
     def record(self, step: dict[str, Any]) -> None:
         self.steps.append(step)
@@ -93,12 +95,13 @@ class RunContext:
                 completions=[c.text for c in completion.choices],
                 finish_reasons=[c.finish_reason for c in completion.choices],
                 # every completion token was sampled by the model: all trainable
-                loss_mask=[[1] * len(c.token_ids) for c in completion.choices],
+                loss_mask=[[1] * len(c.token_ids or []) for c in completion.choices],
                 usage=completion.usage.to_dict(),
                 params={"max_tokens": params.max_tokens, "temperature": params.temperature,
                         "top_p": params.top_p, "n": params.n, "stop": params.stop, "seed": params.seed},
                 latency_s=round(completion.latency_s, 4),
                 t_start_s=round(t_start, 4),
+                **({"backend_events": completion.events} if completion.events else {}),
             ).model_dump()
         )
         return completion

@@ -134,8 +134,41 @@ class HFBackend:
         self._queue.put(_Request(prompt_ids, params, fut, time.perf_counter()))
         return fut
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = 120.0) -> None:
+        """Stop the batcher after the batch in flight (cancelled requests stop at once) and wait for it:
+        a daemon thread still inside torch when the interpreter exits can abort the process."""
         self._queue.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    async def score(self, messages: list[Message], continuations: list[str]) -> tuple[list[float], int]:
+        """Log-probability of each continuation after ``messages`` (one batched forward pass).
+
+        Returns the scores and the tokens to charge (the prefix once plus every continuation). Inference is
+        stateless, so this runs beside the batcher thread without disturbing it.
+        """
+        import asyncio
+
+        return await asyncio.to_thread(self._score, messages, continuations)
+
+    def _score(self, messages: list[Message], continuations: list[str]) -> tuple[list[float], int]:
+        prefix = self.encode(messages)
+        rows = [prefix + self.tokenizer(c, add_special_tokens=False).input_ids for c in continuations]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(rows):  # right padding: positions stay natural
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
+        with torch.inference_mode():
+            logprobs = torch.log_softmax(self.model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+        scores = []
+        for i, r in enumerate(rows):
+            targets = torch.tensor(r[len(prefix):])
+            positions = torch.arange(len(prefix) - 1, len(r) - 1)
+            scores.append(float(logprobs[i, positions, targets].sum()))
+        # Counted like n choices of one prompt: the shared prefix once, then each continuation.
+        return scores, len(prefix) + sum(len(r) - len(prefix) for r in rows)
 
     # -- the batcher -------------------------------------------------------------------------
     def _serve(self) -> None:
@@ -160,11 +193,10 @@ class HFBackend:
                 with torch.inference_mode():
                     results = self._decode(batch)
                 for req, completion in zip(batch, results):
-                    req.future.set_result(completion)
+                    _settle(req.future, completion)
             except Exception as e:  # a model failure fails the batch, not the thread
                 for req in batch:
-                    if not req.future.done():
-                        req.future.set_exception(BackendError(f"{self.name}: decoding failed: {e}"))
+                    _settle(req.future, BackendError(f"{self.name}: decoding failed: {e}"))
 
     def _decode(self, batch: list[_Request]) -> list[Completion]:
         rows: list[_Row] = []
@@ -207,6 +239,8 @@ class HFBackend:
             logprobs = torch.log_softmax(logits, dim=-1)
             next_ids = self._pick(rows, active, logits)
             for i, r in enumerate(rows):
+                if active[i] and r.request.future.cancelled():  # the caller gave up (Ctrl-C): stop its rows
+                    active[i], r.finish = False, "length"
                 if not active[i]:
                     continue
                 tok = int(next_ids[i])
@@ -281,6 +315,17 @@ class HFBackend:
 
             self._grammars = GrammarCache(self.tokenizer, self.vocab_size)
         return self._grammars.matcher(params)
+
+
+def _settle(future: concurrent.futures.Future, outcome: Any) -> None:
+    """Resolve a request's future unless its caller already cancelled it (that is not an error)."""
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:
+        pass
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> set[int]:

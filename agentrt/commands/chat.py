@@ -43,7 +43,4 @@ def _close(agent) -> None:
     policy = agent._policy
     if policy is None or not hasattr(policy, "close"):
         return
-    policy.close()
-    thread = getattr(policy, "_thread", None)
-    if thread is not None:
-        thread.join(timeout=120)
+    policy.close()  # the hf backend joins its batcher thread here

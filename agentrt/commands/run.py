@@ -13,7 +13,9 @@ from agentrt.types import ROUTES
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="answer one question")
     p.add_argument("question")
-    p.add_argument("--route", choices=[r for r in ROUTES if r in ("direct", "reason", "plan")], help="skip the router")
+    p.add_argument("--route", choices=list(ROUTES), help="skip the router")
+    p.add_argument("--router", help="fixed:<action>, rules (default), self, learned:PATH, cascade")
+    p.add_argument("--tools", action="store_true", help="let the reason route act through the built-in tools (calculator)")
     p.add_argument("--budget", type=int, help="token budget for the whole run (default 1024)")
     p.add_argument("--thinking-cap", type=int, help="max thinking tokens for the reason route")
     p.add_argument("--policy", help="policy backend spec: hf:embedded (default), vllm:embedded|DIR, openai:URL[,URL]#MODEL")
@@ -32,7 +34,8 @@ def _agent(args: argparse.Namespace):
 
     from agentrt.backends import parse_spec
 
-    settings = load_settings(args.config, policy=getattr(args, "policy", None), planner=getattr(args, "planner", None))
+    settings = load_settings(args.config, policy=getattr(args, "policy", None), planner=getattr(args, "planner", None),
+                             router=getattr(args, "router", None))
     for spec in (settings.policy, settings.planner):
         if spec is not None:
             parse_spec(spec)  # a bad spec is a one-line error now, not after loading the other model
@@ -41,7 +44,12 @@ def _agent(args: argparse.Namespace):
 
 def cmd_run(args: argparse.Namespace) -> int:
     agent = _agent(args)
-    result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap)
+    tools = None
+    if args.tools:
+        from agentrt.toolcall import builtin_tools
+
+        tools = builtin_tools(agent.settings)
+    result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap, tools=tools)
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))
     else:

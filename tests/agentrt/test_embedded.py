@@ -69,3 +69,17 @@ def test_structured_output_choice_and_json(embedded):
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     c = embedded.chat_sync(FRANCE, GenParams(max_tokens=48, json_schema=schema))
     assert isinstance(json.loads(c.text)["answer"], str)
+
+
+def test_cancelling_one_request_stops_its_rows_and_spares_the_batch(embedded):
+    async def scenario():
+        long = asyncio.ensure_future(embedded.chat([Message("user", "Write a long story.")], GenParams(max_tokens=200)))
+        short = asyncio.ensure_future(embedded.chat(FRANCE, GenParams(max_tokens=16)))
+        await asyncio.sleep(0.5)
+        long.cancel()
+        return await short, long
+
+    before = embedded.stats.forward_passes
+    short, long = asyncio.run(scenario())
+    assert "Paris" in short.text and long.cancelled()
+    assert embedded.stats.forward_passes - before < 200  # the cancelled request did not decode to its cap
