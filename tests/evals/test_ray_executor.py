@@ -321,3 +321,43 @@ def test_worker_returns_failed_runs_trajectory(tmp_path):
     assert [t["status"] for t in failed["trajectories"]] == ["failed"]
     assert failed["trajectories"][0]["metadata"]["task_key"] == bad.key
     assert not worker.buffer.by_key and not worker.tagger.keys  # nothing left behind on the actor
+
+
+def test_respawn_after_death_scripted(ray_cluster, tmp_path):
+    """Control flow of a death with respawn on (scripted backend, light actors that reserve no CPU):
+    a replacement actor is started, every task is written exactly once, nothing is given up."""
+    import asyncio
+
+    from agentrt import Agent
+    from agentrt.executors.ray_executor import RayExecutor
+    from evals.routers import make_router
+    from evals.runner import EvalConfig, plan_tasks
+    from evals.suites import load_suite
+
+    suite = tmp_path / "s.jsonl"
+    suite.write_text("".join(json.dumps({"id": i, "question": f"What is {i} + 7 - {i}?", "answer": "7", "type": "math",
+                                         "verifier": "numeric"}) + "\n" for i in range(200)))
+    agent = Agent(Settings(home=tmp_path / "home", policy="scripted:#### 7"))
+    agent.writer = TrajectoryWriter(tmp_path / "trajectories")
+    config = EvalConfig(suites=[str(suite)], routers=["fixed:direct"], budget=100, policy="scripted:#### 7",
+                        out=str(tmp_path / "out"))
+    tasks = plan_tasks([load_suite(str(suite))], [make_router("fixed:direct")], 1, None)
+    ex = RayExecutor(actors=2, max_inflight=2, respawn=1, actor_cpus=0)
+    killed: list[int] = []
+
+    def kill_once(record: dict) -> None:
+        if not killed and record["worker"] == 0:
+            os.kill(ex.slots[0].pid, signal.SIGKILL)
+            killed.append(ex.slots[0].pid)
+
+    try:
+        records = asyncio.run(ex.run_tasks(agent, tasks, config, on_result=kill_once))
+        stats, slots = dict(ex.stats), len(ex.slots)
+    finally:
+        ex.close()
+    assert killed and stats["actor_deaths"] == 1 and stats["respawned"] == 1 and slots == 3
+    assert stats["retried"] >= 1 and stats["gave_up"] == 0
+    assert len(records) == 200 and len({r["key"] for r in records}) == 200
+    assert all(r["correct"] for r in records)
+    trajectories = read_trajectories(tmp_path / "trajectories").records
+    assert sorted(t.metadata["task_key"] for t in trajectories) == sorted(r["key"] for r in records)
