@@ -170,6 +170,7 @@ class RayExecutor:
         self.slots: list[_Slot] = []
         self.stats = {"actor_deaths": 0, "retried": 0, "respawned": 0, "duplicates_dropped": 0, "gave_up": 0}
         self._owns_ray = False
+        self._closing = False  # set by close(): the driver loop stops, dead actors are not replaced
         self._respawn_left = respawn
         self._remote: Any = None
         self._init_args: tuple[dict[str, Any], str] | None = None
@@ -180,6 +181,7 @@ class RayExecutor:
         """Join or start the cluster and start the actors; waits until each has loaded its runtime."""
         if self.slots:
             return
+        self._closing = False
         ray = _ray()
         if not ray.is_initialized():
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # offline: no usage report
@@ -230,6 +232,7 @@ class RayExecutor:
 
     def close(self) -> None:
         """Stop the actors, and the cluster if this executor started it."""
+        self._closing = True
         if not self.slots and not self._owns_ray:
             return
         ray = _ray()
@@ -281,7 +284,11 @@ class RayExecutor:
                     on_result(record)
 
             # Ray calls block: drive them from a thread so the event loop (progress bar) stays free.
-            await asyncio.to_thread(self._drive, todo, config, write)
+            try:
+                await asyncio.to_thread(self._drive, todo, config, write)
+            except asyncio.CancelledError:  # Ctrl-C: let the driver thread stop at its next round
+                self._closing = True
+                raise
         return records
 
     def _drive(self, todo: list[Any], config: Any, write: Callable[..., None]) -> None:
@@ -291,6 +298,9 @@ class RayExecutor:
         attempts: dict[str, int] = {}
         inflight: dict[Any, tuple[Any, _Slot]] = {}
         while pending or inflight:
+            if self._closing:  # closed under us (Ctrl-C): what is written stays; a rerun resumes the rest
+                raise RunError(f"the Ray executor was closed with {len(pending) + len(inflight)} tasks unfinished; "
+                               "run the same command again to resume")
             self._fill(pending, inflight, attempts, config_ref)
             if not inflight:
                 raise RunError(f"every Ray actor died and no respawns are left; {len(pending)} tasks did not run "
@@ -334,7 +344,7 @@ class RayExecutor:
             _ray().kill(slot.actor, no_restart=True)
         except Exception:  # noqa: BLE001 - it is dead already
             pass
-        if self._respawn_left > 0:
+        if self._respawn_left > 0 and not self._closing:
             self._respawn_left -= 1
             self.stats["respawned"] += 1
             self._new_slot()  # tasks queue on it until its runtime is loaded
