@@ -361,3 +361,12 @@ def test_respawn_after_death_scripted(ray_cluster, tmp_path):
     assert all(r["correct"] for r in records)
     trajectories = read_trajectories(tmp_path / "trajectories").records
     assert sorted(t.metadata["task_key"] for t in trajectories) == sorted(r["key"] for r in records)
+
+
+def test_executors_import_light():
+    """Choosing an executor and building the CLI import no Ray (or torch): only --executor ray does."""
+    code = ("import sys, agentrt.executors, agentrt.cli; agentrt.cli.build_parser(); "
+            "print(sorted(m for m in ('ray', 'torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
