@@ -67,17 +67,43 @@ def test_reindex_is_idempotent_and_resumes(tmp_path):
     assert corpus.count() == len(chunks)
 
 
+def test_resumes_after_a_real_kill(tmp_path):
+    """SIGKILL mid-ingest (after two committed batches), then rerun: only the rest is embedded."""
+    code = (
+        "import os, signal, sys\n"
+        "from memory.corpus import open_corpus\n"
+        "from memory.ingest import hotpotqa_chunks, ingest\n"
+        "c = open_corpus(sys.argv[1], 'killed', create=True)\n"
+        "done = []\n"
+        "def progress(n):\n"
+        "    done.append(n)\n"
+        "    if len(done) == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "ingest(c.store, hotpotqa_chunks(limit=2), batch_size=5, progress=progress)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "mem")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == -9, out.stderr[-2000:]
+    chunks = hotpotqa_chunks(limit=2)
+    corpus = open_corpus(tmp_path / "mem", "killed")
+    assert corpus.count() == 10
+    report = ingest(corpus.store, chunks, batch_size=5)
+    assert (report.skipped_existing, report.added) == (10, len(chunks) - 10)
+    assert corpus.count() == len(chunks)
+
+
 def test_reopen_in_a_new_process(tmp_path):
     corpus = open_corpus(tmp_path / "mem", "reopen", create=True)
     ingest(corpus.store, [make_chunk("Pets", PARAPHRASE, "t"), make_chunk("Plant", RARE, "t")])
     code = (
         "import sys; from memory.corpus import open_corpus\n"
         "c = open_corpus(sys.argv[1], 'reopen')\n"
-        "print(c.count(), c.store.search('a cat asleep', k=1)[0].title, c.search('7QX9ZK', k=1)[0].title)"
+        "print(c.count(), c.store.search('a cat asleep', k=1)[0].title, c.search('7QX9ZK', k=1)[0].title)\n"
+        # Chroma itself (no embedding function passed) finds the registered one by the name stored with the collection.
+        "from memory.chroma import open_client; col = open_client(sys.argv[1]).get_collection('reopen')\n"
+        "print(col.query(query_texts=['a cat asleep'], n_results=1)['metadatas'][0][0]['title'])"
     )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "mem")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["2", "Pets", "Plant"]
+    assert out.stdout.split() == ["2", "Pets", "Plant", "Pets"]
 
 
 def test_cli_index_and_search(tmp_path, capsys):
