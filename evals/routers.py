@@ -5,7 +5,8 @@ and, when it has one, its predicted probability of success (for calibration). Ne
 by adding a factory to ``ROUTERS`` (``"learned": "evals.my_router:build"``) — imported only when named.
 
 * ``fixed:ROUTE`` always takes ROUTE (direct, reason, ...): the per-action baselines the oracle uses.
-* ``rules`` lets the Agent decide (its built-in route choice).
+* ``rules``, ``self``, ``cascade``, ``learned:PATH``: the Agent decides with that router
+  (agentrt.routing); its predicted success probability is read from the trajectory's route step.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from evals.suites import Item
 class Choice:
     route: str | None            # None: the Agent chooses
     p_success: float | None = None
+    router: str | None = None    # an agentrt.routing spec the Agent decides with (rules, learned:PATH, ...)
 
 
 class EvalRouter(Protocol):
@@ -45,12 +47,21 @@ class FixedRouter:
 
 
 @dataclass(slots=True)
-class RulesRouter:
-    name: str = "rules"
+class AgentRouter:
+    """One of the runtime's routers (agentrt.routing): the Agent decides per item with it."""
+
+    spec: str
+    name: str = ""
     fixed: bool = False
 
+    def __post_init__(self) -> None:
+        self.name = self.name or self.spec
+
     def choose(self, item: Item) -> Choice:
-        return Choice(None)
+        return Choice(None, router=self.spec)
+
+
+RulesRouter = AgentRouter  # the Agent's default router
 
 
 # name -> "module:factory" for routers that live elsewhere; factory(arg: str) -> EvalRouter.
@@ -58,7 +69,7 @@ ROUTERS: dict[str, str] = {}
 
 
 def make_router(spec: str) -> EvalRouter:
-    """``fixed:direct`` | ``fixed:reason`` | ``rules`` | a name registered in ROUTERS (``name[:arg]``)."""
+    """``fixed:<route>`` | ``rules`` | ``self`` | ``cascade`` | ``learned:PATH`` | a name registered in ROUTERS."""
     from agentrt.routes import ROUTE_FUNCTIONS
 
     kind, _, arg = spec.partition(":")
@@ -66,10 +77,19 @@ def make_router(spec: str) -> EvalRouter:
         if arg not in ROUTE_FUNCTIONS:
             raise InputError(f"unknown route in router {spec!r}; choose fixed:{' | fixed:'.join(ROUTE_FUNCTIONS)}")
         return FixedRouter(arg)
-    if spec == "rules":
-        return RulesRouter()
+    if spec in ("rules", "self", "cascade"):
+        return AgentRouter(spec)
+    if kind == "learned" and arg:
+        from agentrt.errors import ConfigError
+        from agentrt.routing.learned import RouterModel
+
+        try:
+            RouterModel.load(arg)  # a missing or stale router file fails before any model loads
+        except ConfigError as e:
+            raise InputError(str(e)) from None
+        return AgentRouter(spec)
     if kind in ROUTERS:
         module, _, factory = ROUTERS[kind].partition(":")
         return getattr(importlib.import_module(module), factory)(arg)
-    known = [f"fixed:{r}" for r in ROUTE_FUNCTIONS] + ["rules"] + sorted(ROUTERS)
+    known = [f"fixed:{r}" for r in ROUTE_FUNCTIONS] + ["rules", "self", "cascade", "learned:PATH"] + sorted(ROUTERS)
     raise InputError(f"unknown router {spec!r}; choose one of: {', '.join(known)}")

@@ -234,7 +234,7 @@ async def run_one(agent: Any, capture: _Capture, task: Task, config: EvalConfig)
             "type": task.item.type, "fixed": task.router.fixed, "p_success": choice.p_success}
     started = time.perf_counter()
     try:
-        result = await agent.arun(task.item.question, budget=config.budget, route=choice.route)
+        result = await agent.arun(task.item.question, budget=config.budget, route=choice.route, router=choice.router)
     except Exception as e:  # noqa: BLE001 - one bad item (too long, backend hiccup) must not stop the eval
         return {**base, "route": choice.route or "", "answer": "", "score": 0.0, "correct": False, "abstained": False,
                 "reason": "", "status": "error", "error": f"{type(e).__name__}: {e}", "truncated": False,
@@ -250,7 +250,7 @@ async def run_one(agent: Any, capture: _Capture, task: Task, config: EvalConfig)
                    if s.get("kind") == "model_call" and s.get("name") == "think")
     p = base["p_success"]
     for s in steps:  # a router that predicts success records it in its route step
-        if s.get("kind") == "route" and isinstance(s.get("p_success"), dict):
+        if s.get("kind") == "route_decision" and isinstance(s.get("p_success"), dict):
             p = s["p_success"].get(result.route, p)
     return {**base, "p_success": p, "route": result.route, "answer": result.answer, "score": scored.score,
             "correct": scored.correct, "abstained": scored.abstained, "reason": scored.reason, "status": result.status,
