@@ -150,6 +150,7 @@ def _check_complete(records, trajectories, local_results):
         assert calls and calls[0].completion_token_ids[0]  # token ids came back for the trainer
 
 
+@pytest.mark.slow
 def test_ray_eval_matches_local(local_results, executor, suite_file, tmp_path):
     from evals.runner import RESULTS, evaluate, read_results
     from agentrt import Agent
@@ -166,6 +167,7 @@ def test_ray_eval_matches_local(local_results, executor, suite_file, tmp_path):
     assert executor.stats["actor_deaths"] == 0 and executor.stats["retried"] == 0
 
 
+@pytest.mark.slow
 def test_killed_actor_tasks_redone_elsewhere(local_results, executor, suite_file, tmp_path):
     victim = executor.slots[0]
     killed: list[int] = []
@@ -323,6 +325,7 @@ def test_worker_returns_failed_runs_trajectory(tmp_path):
     assert not worker.buffer.by_key and not worker.tagger.keys  # nothing left behind on the actor
 
 
+@pytest.mark.slow
 def test_respawn_after_death_scripted(ray_cluster, tmp_path):
     """Control flow of a death with respawn on (scripted backend, light actors that reserve no CPU):
     a replacement actor is started, every task is written exactly once, nothing is given up."""
