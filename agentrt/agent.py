@@ -115,16 +115,18 @@ class Agent:
                    router: str | Any | None = None,
                    on_event: Callable[[dict[str, Any]], None] | None = None,
                    approve_plan: Callable[[Any], Any] | None = None,
-                   ask_user: Callable[[str], str] | None = None, tools: list[Any] | None = None) -> Result:
+                   ask_user: Callable[[str], str] | None = None, tools: list[Any] | None = None,
+                   temperature: float | None = None, seed: int | None = None) -> Result:
         """The async form of ``run``.
 
         Per-run overrides: ``policy`` (a backend instead of the agent's), ``router`` (a spec such as
         ``"learned:router.json"``, a router object, or a callable question -> decision), ``on_event`` (raw run events, see agentrt.events),
         ``approve_plan`` / ``ask_user`` (callbacks the plan route and the ask_user tool consult),
-        ``tools`` (tools.base.Tool list: the reason route then acts through those its allowlist permits).
+        ``tools`` (tools.base.Tool list: the reason route then acts through those its allowlist permits),
+        ``temperature`` / ``seed`` (sample the run's calls instead of greedy decoding: rollouts, pass@k).
         """
         total = self.settings.budget if budget is None else budget
-        self._validate(question, total, route, thinking_cap)
+        self._validate(question, total, route, thinking_cap, temperature)
         ensure_writable_dir(self.settings.trajectory_dir, "trajectory directory")
         policy = policy or self.policy
         prompt_tokens = policy.count_tokens([Message("user", question)])
@@ -144,7 +146,8 @@ class Agent:
             on_event = traced(self.settings, on_event)
         callbacks = {k: v for k, v in (("approve_plan", approve_plan), ("ask_user", ask_user)) if v}
         ctx = RunContext(new_run_id(), question, Budget(total), policy, self.settings, on_event=on_event,
-                         callbacks=callbacks, tools=list(tools or []))
+                         callbacks=callbacks, tools=list(tools or []),
+                         temperature=self.settings.temperature if temperature is None else temperature, seed=seed)
         ctx.emit({"type": "run_started", "run_id": ctx.run_id, "question": question, "route": chosen,
                   "budget": total, "model": policy.name, "metadata": ctx.metadata})
         if decision is not None:
@@ -212,7 +215,8 @@ class Agent:
                 break
         return chosen, output
 
-    def _validate(self, question: Any, budget: Any, route: str | None, thinking_cap: int | None) -> None:
+    def _validate(self, question: Any, budget: Any, route: str | None, thinking_cap: int | None,
+                  temperature: float | None = None) -> None:
         if not isinstance(question, str) or not question.strip():
             raise InputError("the question is empty; pass a non-empty question")
         if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
@@ -221,6 +225,8 @@ class Agent:
             raise InputError(f"unknown route {route!r}; choose one of: {', '.join(ROUTE_FUNCTIONS)}")
         if thinking_cap is not None and thinking_cap < 0:
             raise InputError("thinking_cap must be >= 0")
+        if temperature is not None and not 0 <= temperature <= 2:
+            raise InputError(f"temperature must be between 0 and 2, got {temperature}")
 
     def _write(self, ctx: RunContext, route: str, output: RouteOutput, status: str, error: str | None,
                created: float) -> TrajectoryRecord:

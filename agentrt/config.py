@@ -50,6 +50,7 @@ class Settings(BaseModel):
     router_temperature: float = Field(default=0.0, ge=0.0)
     router_epsilon: float = Field(default=0.0, ge=0.0, le=1.0)
     cascade_threshold: float = -0.8  # mean answer-token logprob below this -> escalate
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)  # > 0: runs sample instead of decoding greedily
 
     @property
     def trajectory_dir(self) -> Path:

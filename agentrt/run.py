@@ -40,6 +40,11 @@ class RunContext:
     callbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
     # Tools this run may use (tools.base.Tool); each route keeps only those its allowlist names.
     tools: list[Any] = field(default_factory=list)
+    # Run-wide sampling (rollouts for RL, pass@k): calls that ask for greedy decoding sample at this
+    # temperature instead, each with its own seed derived from ``seed``. 0 keeps every call as asked.
+    temperature: float = 0.0
+    seed: int | None = None
+    _calls: int = 0
 
     def record(self, step: dict[str, Any]) -> None:
         self.steps.append(step)
@@ -74,6 +79,10 @@ class RunContext:
         reservation = budget.reserve(prompt_tokens, params.max_tokens * n, min_tokens=min_tokens * n)
         t_start = time.perf_counter() - self.started
         params = dataclasses.replace(params, max_tokens=reservation.max_tokens // n)
+        if self.temperature > 0 and params.temperature <= 0:
+            self._calls += 1
+            seed = None if self.seed is None else self.seed * 1000 + self._calls
+            params = dataclasses.replace(params, temperature=self.temperature, seed=seed)
         self.emit({"type": "model_call_started", "name": name, "backend": backend.name,
                    "prompt_tokens": prompt_tokens, "max_tokens": params.max_tokens})
         try:

@@ -29,7 +29,7 @@ from evals.verifiers import Scored, score_item
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
 # Settings a resumed eval must share with the run it continues (limit, workers, routers may change).
-PINNED = ("budget", "seed", "policy")
+PINNED = ("budget", "seed", "policy", "temperature")
 
 
 @dataclass
@@ -42,6 +42,7 @@ class EvalConfig:
     workers: int = 4
     seed: int = 0
     policy: str = ""
+    temperature: float = 0.0  # > 0: each sample decodes with its own seed (pass@k, GRPO groups)
     out: str = "eval-out"
 
 
@@ -126,8 +127,16 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+def resolve_temperature(given: float | None, samples: int) -> float:
+    """The runs' temperature: as given, else greedy for one sample and 0.7 for several (so they differ)."""
+    t = given if given is not None else (0.7 if samples > 1 else 0.0)
+    if not 0 <= t <= 2:
+        raise InputError(f"--temperature must be between 0 and 2, got {t}")
+    return t
+
+
 def sample_seed(seed: int, suite: str, item_id: str, sample: int) -> int:
-    """A stable per-sample seed (recorded; greedy backends ignore it)."""
+    """A stable per-sample seed: with ``temperature > 0`` each sample decodes differently, reproducibly."""
     return zlib.crc32(f"{seed}:{suite}:{item_id}:{sample}".encode()) & 0x7FFFFFFF
 
 
@@ -234,7 +243,8 @@ async def run_one(agent: Any, capture: _Capture, task: Task, config: EvalConfig)
             "type": task.item.type, "fixed": task.router.fixed, "p_success": choice.p_success}
     started = time.perf_counter()
     try:
-        result = await agent.arun(task.item.question, budget=config.budget, route=choice.route, router=choice.router)
+        result = await agent.arun(task.item.question, budget=config.budget, route=choice.route, router=choice.router,
+                                  temperature=config.temperature, seed=base["seed"])
     except Exception as e:  # noqa: BLE001 - one bad item (too long, backend hiccup) must not stop the eval
         return {**base, "route": choice.route or "", "answer": "", "score": 0.0, "correct": False, "abstained": False,
                 "reason": "", "status": "error", "error": f"{type(e).__name__}: {e}", "truncated": False,

@@ -22,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=int, default=1, help="runs per item and router, for pass@k (default 1)")
     p.add_argument("--workers", type=int, default=4, help="concurrent runs sharing the model (default 4)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, help="sampling temperature of the runs (default: 0 = greedy with "
+                   "--samples 1, 0.7 with more samples, so samples differ)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
     p.add_argument("--out", required=True, help="output folder (results.jsonl, report.md/json, PNGs); reused to resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -34,11 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentrt.agent import Agent
     from agentrt.config import load_settings
-    from evals.runner import EvalConfig, evaluate, validate
+    from evals.runner import EvalConfig, evaluate, resolve_temperature, validate
 
     config = EvalConfig(suites=args.suite, routers=args.router or ["fixed:direct", "fixed:reason", "rules"],
                         budget=args.budget, limit=args.limit, samples=args.samples, workers=args.workers,
-                        seed=args.seed, out=args.out)
+                        seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples), out=args.out)
     validate(config)  # bad input fails before the model loads
     agent = Agent(load_settings(args.config, policy=args.policy))
     config.policy = agent.settings.policy

@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or fixed:ROUTE (default rules)")
     p.add_argument("--budget", type=int, default=1024, help="token budget per rollout (default 1024)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, help="sampling temperature of the runs (default: 0 = greedy with "
+                   "--samples 1, 0.7 with more samples, so samples differ)")
     p.add_argument("--workers", type=int, default=4, help="concurrent runs sharing the model (local executor)")
     p.add_argument("--policy", help="policy backend spec (default: the config's, else hf:embedded)")
     p.add_argument("--out", required=True, help="output folder (results.jsonl, trajectories/); reused to resume")
@@ -45,7 +47,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from agentrt.executors import executor_from_args
     from agentrt.trajectory import TrajectoryWriter
     from evals.routers import make_router
-    from evals.runner import EvalConfig, _with_progress, plan_tasks
+    from evals.runner import EvalConfig, _with_progress, plan_tasks, resolve_temperature
     from evals.suites import load_suite
 
     for name in ("samples", "budget", "workers", "limit"):
@@ -57,7 +59,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     executor = executor_from_args(args)
     settings = load_settings(args.config, policy=args.policy)
     config = EvalConfig(suites=args.suite, routers=[args.router], budget=args.budget, limit=args.limit,
-                        samples=args.samples, workers=args.workers, seed=args.seed, policy=settings.policy,
+                        samples=args.samples, workers=args.workers, seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples), policy=settings.policy,
                         out=args.out)
     agent = Agent(settings)
     traj_dir = ensure_writable_dir(Path(args.trajectories or Path(args.out) / "trajectories"), "trajectory directory")

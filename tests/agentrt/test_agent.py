@@ -54,3 +54,17 @@ def test_bad_input_writes_no_trajectory(agent):
     with pytest.raises(InputError, match="context"):
         agent.run("word " * 9000, budget=100000)
     assert not agent.writer.path.exists()
+
+
+def test_sampled_runs_differ_by_seed_and_repeat_with_the_same_seed(agent):
+    q = "Write one sentence about the sea."
+    a = agent.run(q, budget=300, route="direct", temperature=1.0, seed=1)
+    b = agent.run(q, budget=300, route="direct", temperature=1.0, seed=1)
+    c = agent.run(q, budget=300, route="direct", temperature=1.0, seed=2)
+    assert a.answer == b.answer
+    assert c.answer != a.answer
+    rec = find_record(agent.writer.path, a.trajectory_id)
+    call = next(s for s in rec.steps if s["kind"] == "model_call")
+    assert call["params"]["temperature"] == 1.0 and call["params"]["seed"] is not None
+    with pytest.raises(InputError, match="temperature"):
+        agent.run(q, temperature=5.0)
