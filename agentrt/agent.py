@@ -147,7 +147,8 @@ class Agent:
         callbacks = {k: v for k, v in (("approve_plan", approve_plan), ("ask_user", ask_user)) if v}
         ctx = RunContext(new_run_id(), question, Budget(total), policy, self.settings, on_event=on_event,
                          callbacks=callbacks, tools=list(tools or []),
-                         temperature=self.settings.temperature if temperature is None else temperature, seed=seed)
+                         temperature=self.settings.temperature if temperature is None else temperature, seed=seed,
+                         planner=self.planner if (self.settings.planner or self._planner is not None) else None)
         ctx.emit({"type": "run_started", "run_id": ctx.run_id, "question": question, "route": chosen,
                   "budget": total, "model": policy.name, "metadata": ctx.metadata})
         if decision is not None:

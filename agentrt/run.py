@@ -44,6 +44,8 @@ class RunContext:
     # temperature instead, each with its own seed derived from ``seed``. 0 keeps every call as asked.
     temperature: float = 0.0
     seed: int | None = None
+    # The planner model (Settings.planner); None: the policy plans too.
+    planner: ModelBackend | None = None
     _calls: int = 0
 
     def record(self, step: dict[str, Any]) -> None:

@@ -300,7 +300,7 @@ def make_planner(ctx: RunContext, opts: PlanOptions) -> Any:
         raise PlanError(f"unknown planner {opts.planner!r}; use 'llm' or 'heuristic'")
 
     async def complete(messages: list[Message], params: GenParams) -> Any:
-        return await ctx.call_model("plan", messages, params)
+        return await ctx.call_model("plan", messages, params, backend=ctx.planner)
 
     return LLMPlanner(complete, max_fanout=min(opts.max_fanout, 2), max_depth=opts.max_depth)
 

@@ -160,3 +160,13 @@ def test_budget_is_never_overspent(plan, total, seed):
     assert ctx.budget.spent <= total and ctx.budget.reserved == 0
     if state is not None:
         assert len(state["findings"]) + len(state["failed"]) == len(plan.steps)
+
+
+def test_a_separate_planner_backend_writes_the_plan():
+    policy, planner = ScriptedBackend([reply], name="policy"), ScriptedBackend([reply], name="planner")
+    ctx, _ = _ctx(policy)
+    ctx.planner = planner
+    _run(ctx)
+    plan_calls = [s for s in ctx.steps if s["kind"] == "model_call" and s["name"] == "plan"]
+    assert plan_calls and all(s["backend"] == "planner" for s in plan_calls)
+    assert all(s["backend"] == "policy" for s in ctx.steps if s["kind"] == "model_call" and s["name"] != "plan")
