@@ -34,6 +34,9 @@ try:
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
     from vllm.v1.engine.async_llm import AsyncLLM
 except ImportError as e:  # pragma: no cover - exercised only without the extra
+    if (e.name or "").split(".")[0] == "vllm":
+        raise ConfigError("vllm is not installed; on a GPU: pip install 'agentrt[vllm]'; on a CPU: make vllm-venv, "
+                          "then use .venv-vllm/bin/agentrt (see docs/backends.md)") from None
     raise missing_extra(e.name or "vllm", "vllm") from None
 
 # Engine options a spec or config may set, with their types (anything else is a ConfigError).

@@ -145,6 +145,10 @@ def test_agent_and_cli_run_on_the_server(server, agentrt_home, capsys):
     assert "Paris" in result.answer and 0 < result.usage.total_tokens <= 300
     assert main(["run", "--policy", spec, "--planner", spec, "--route", "direct", PROMPTS[0]]) == 0
     assert "Paris" in capsys.readouterr().out
+    config = agentrt_home.parent / "agentrt.toml"  # the config file picks both backends
+    config.write_text(f'[agentrt]\npolicy = "{spec}"\nplanner = "{spec}"\n')
+    assert main(["--config", str(config), "run", "--route", "direct", PROMPTS[0]]) == 0
+    assert "Paris" in capsys.readouterr().out
 
 
 def _proxy(upstream: str, fail_first: int = 0) -> tuple[subprocess.Popen, str]:
@@ -245,8 +249,15 @@ def test_bad_inputs_give_one_clear_error(server):
             load_backend(spec, Settings())
 
 
-def test_cli_bad_specs_print_one_line(capsys):
+def test_cli_bad_specs_print_one_line(capsys, tmp_path):
     from agentrt.cli import main
+
+    assert main(["run", "--planner", "gpt4", "hi"]) == 2  # checked before any model loads
+    assert "bad backend spec 'gpt4'" in capsys.readouterr().err
+    config = tmp_path / "bad.toml"
+    config.write_text('[agentrt]\npolicy = "vllm"\n')
+    assert main(["--config", str(config), "run", "hi"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
 
     assert main(["run", "--policy", "openai:no-url#m", "hi"]) == 2
     err = capsys.readouterr().err.strip()
