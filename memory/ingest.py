@@ -108,8 +108,9 @@ def file_chunks(path: Path) -> Iterator[Chunk]:
             if not isinstance(body, str) or not body.strip():
                 raise InputError(f'{path}:{n} has no non-empty "text" field; every jsonl line needs one')
             title = str(obj.get("title", "") or path.stem)
-            meta = {k: v for k, v in obj.items() if k not in ("text", "content", "title", "id")
-                    and isinstance(v, (str, int, float, bool))}
+            # keys the chunk sets itself (source, line, part) are kept under a "meta_" prefix
+            meta = {(f"meta_{k}" if k in ("source", "line", "part") else k): v for k, v in obj.items()
+                    if k not in ("text", "content", "title", "id") and isinstance(v, (str, int, float, bool))}
             for i, part in enumerate(chunk_text(body)):
                 yield make_chunk(title, part, src, line=n, part=i, **meta)
         return

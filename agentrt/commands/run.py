@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_run)
 
     d = sub.add_parser("demo", help="answer the bundled sample questions on the embedded model")
-    d.add_argument("--budget", type=int, default=512)
+    d.add_argument("--budget", type=int, default=1024)
     d.set_defaults(func=cmd_demo)
 
 
@@ -63,6 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """Index the bundled sample corpus (once), then answer the sample questions: the router picks the
+    route for most; one comparison question runs plan-then-parallel-search over the corpus."""
     from rich.console import Console
     from rich.table import Table
 
@@ -74,14 +76,40 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ]
     with console.status("loading the embedded model (SmolLM2-135M, CPU)..."):
         agent = _agent(args)
+        agent.settings.corpus = DEMO_CORPUS
         agent.policy  # noqa: B018 - load now, under the spinner
-    table = Table(title=f"agentrt demo on {agent.policy.name} (budget {args.budget} tokens per question)")
-    for col in ("question", "route", "answer", "tokens used / budget", "status"):
+    with console.status("indexing the bundled sample corpus (239 HotpotQA paragraphs, embedded ChromaDB)..."):
+        indexed = _index_sample_corpus(agent.settings)
+    console.print(f"corpus '{DEMO_CORPUS}': {indexed} passages in {agent.settings.home / 'memory'}")
+    table = Table(title=f"agentrt demo on {agent.policy.name}")
+    for col in ("question", "route (why)", "answer", "tokens used / budget", "status"):
         table.add_column(col, overflow="fold")
     for item in questions:
+        budget = item.get("budget", args.budget)
         with console.status(f"answering: {item['question']}"):
-            r = agent.run(item["question"], budget=args.budget, route=item.get("route"))
-        table.add_row(item["question"], r.route, r.answer, f"{r.usage.total_tokens} / {r.budget}", r.status)
+            r = agent.run(item["question"], budget=budget, route=item.get("route"))
+        answer = r.answer + (f"\n[cites {', '.join(r.citations)}]" if r.citations else "")
+        why = r.reason.split(";")[0] if r.decision else "given"
+        table.add_row(item["question"], f"{r.route} ({why})", answer, f"{r.usage.total_tokens} / {budget}", r.status)
     console.print(table)
     console.print(f"trajectories: {agent.writer.path}")
     return 0
+
+
+DEMO_CORPUS = "sample"
+
+
+def _index_sample_corpus(settings) -> int:
+    """Index agentrt/data/sample_corpus.jsonl into the 'sample' collection; a no-op once done."""
+    from pathlib import Path
+
+    from memory.corpus import open_corpus, resolve_location
+    from memory.ingest import file_chunks, ingest
+
+    with resources.as_file(resources.files("agentrt.data").joinpath("sample_corpus.jsonl")) as path:
+        chunks = list(file_chunks(Path(path)))
+    corpus = open_corpus(resolve_location(settings), DEMO_CORPUS, create=True)
+    if corpus.count() < len(chunks):
+        ingest(corpus.store, chunks)
+        corpus.invalidate()
+    return corpus.count()
