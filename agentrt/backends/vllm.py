@@ -12,6 +12,8 @@ arguments or the spec's query string; see docs/backends.md.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import itertools
 import os
 import time
@@ -22,8 +24,9 @@ from agentrt.backends._loop import BackgroundLoop
 from agentrt.errors import BackendError, ConfigError, InputError, missing_extra
 from agentrt.types import Choice, Completion, GenParams, Message, Usage
 
-# vLLM logs every request at INFO; a CLI user wants answers. VLLM_LOGGING_LEVEL=INFO brings it back.
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# vLLM logs every request at INFO and a page of CPU advice at WARNING; a CLI user wants answers.
+# VLLM_LOGGING_LEVEL=INFO brings it back.
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 try:
     from transformers import AutoTokenizer
@@ -86,6 +89,7 @@ class VLLMBackend:
         self.context_length = int(self.engine.model_config.max_model_len)
         self.supports_thinking = "enable_thinking" in str(self.tokenizer.chat_template or "")
         self._ids = itertools.count()
+        atexit.register(self.close)  # a clean engine shutdown even when the caller never closes
 
     # -- the protocol ----------------------------------------------------------------------
     def render(self, messages: list[Message], **template_kwargs: Any) -> str:
@@ -118,8 +122,6 @@ class VLLMBackend:
 
     def chat_sync(self, messages: list[Message], params: GenParams) -> Completion:
         """Blocking ``chat`` for scripts and threads."""
-        import asyncio
-
         return asyncio.run(self.chat(messages, params))
 
     def close(self) -> None:
@@ -185,6 +187,11 @@ async def _start(args: AsyncEngineArgs) -> AsyncLLM:
 
 
 async def _shutdown(engine: AsyncLLM) -> None:
+    # Stop the output handler first: shut down under it, it logs an EngineDeadError traceback.
+    handler = getattr(engine, "output_handler", None)
+    if handler is not None and not handler.done():
+        handler.cancel()
+        await asyncio.gather(handler, return_exceptions=True)
     engine.shutdown()
 
 
