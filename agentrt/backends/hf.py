@@ -227,6 +227,7 @@ class HFBackend:
                 r.finish = "length"
         past = None
         step_ids, step_pos = ids, positions
+        live = rows  # the rows still in the tensors; finished rows are dropped so they cost nothing
         t0 = time.perf_counter()
         for _ in range(steps):
             if not any(active):
@@ -237,8 +238,8 @@ class HFBackend:
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
             logprobs = torch.log_softmax(logits, dim=-1)
-            next_ids = self._pick(rows, active, logits)
-            for i, r in enumerate(rows):
+            next_ids = self._pick(live, active, logits)
+            for i, r in enumerate(live):
                 if active[i] and r.request.future.cancelled():  # the caller gave up (Ctrl-C): stop its rows
                     active[i], r.finish = False, "length"
                 if not active[i]:
@@ -253,7 +254,13 @@ class HFBackend:
                 active[i] = r.finish is None
             step_ids = next_ids.unsqueeze(-1)
             step_pos = step_pos[:, -1:] + 1
-            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=-1)
+            mask = torch.cat([mask, torch.ones((len(live), 1), dtype=torch.long)], dim=-1)
+            if not all(active) and any(active):
+                keep = [i for i, a in enumerate(active) if a]
+                index = torch.tensor(keep, dtype=torch.long)
+                past.batch_select_indices(index)
+                step_ids, step_pos, mask = step_ids[index], step_pos[index], mask[index]
+                live, active = [live[i] for i in keep], [True] * len(keep)
         elapsed = time.perf_counter() - t0
         return [self._completion(req, [r for r in rows if r.request is req], elapsed) for req in batch]
 
