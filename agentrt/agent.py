@@ -74,6 +74,7 @@ class Agent:
         self.settings = settings or load_settings(**overrides)
         self._policy = policy
         self._planner = planner
+        self._episodes: Any = None
         self.writer = TrajectoryWriter(self.settings.trajectory_dir)
 
     @property
@@ -138,7 +139,8 @@ class Agent:
         if total <= prompt_tokens:
             raise InputError(f"budget {total} is smaller than the prompt ({prompt_tokens} tokens); use a budget of at least {prompt_tokens + 16}")
 
-        decision = await self._decide(question, total, policy, router) if route is None else None
+        memory_steps: list[dict[str, Any]] = []
+        decision = await self._decide(question, total, policy, router, memory_steps) if route is None else None
         chosen = route or decision.action  # type: ignore[union-attr]
         if self.settings.tracing != "none":
             from agentrt.tracing import traced
@@ -151,6 +153,8 @@ class Agent:
                          planner=self.planner if (self.settings.planner or self._planner is not None) else None)
         ctx.emit({"type": "run_started", "run_id": ctx.run_id, "question": question, "route": chosen,
                   "budget": total, "model": policy.name, "metadata": ctx.metadata})
+        for step in memory_steps:
+            ctx.record(step)
         if decision is not None:
             ctx.record(decision.to_step())
             if decision.cost_tokens:  # the self router scored labels with the model: that is spending too
@@ -175,6 +179,9 @@ class Agent:
             raise
         if status == "ok" and any("length" in s.get("finish_reasons", []) for s in ctx.steps if s.get("name") == "answer"):
             status = "truncated"  # the answer itself was cut by its token cap
+        if self.settings.episodic_memory:
+            ctx.record(self.episodes.add_run(question, chosen, output.answer, tokens=ctx.budget.spent,
+                                             trajectory_id=ctx.run_id))
         record = self._write(ctx, chosen, output, status, error, created)
         return Result(
             answer=output.answer, route=chosen, usage=Usage(**{k: record.usage[k] for k in ("prompt_tokens", "completion_tokens")}),
@@ -185,13 +192,32 @@ class Agent:
             decision=decision.model_dump() if decision else None,
         )
 
-    async def _decide(self, question: str, budget: int, policy: ModelBackend, router: Any) -> RouteDecision:
+    @property
+    def episodes(self) -> Any:
+        """Episodic memory (memory.EpisodicMemory over the store's "episodes" collection), opened on first use."""
+        if self._episodes is None:
+            from memory.chroma import open_store
+            from memory.corpus import resolve_location
+            from memory.episodic import EpisodicMemory
+
+            self._episodes = EpisodicMemory(open_store(resolve_location(self.settings), "episodes"))
+        return self._episodes
+
+    async def _decide(self, question: str, budget: int, policy: ModelBackend, router: Any,
+                      memory_steps: list[dict[str, Any]] | None = None) -> RouteDecision:
         """Ask the router (a spec, a router object, or a legacy callable) for a RouteDecision."""
         router = router if router is not None else self.settings.router
         if isinstance(router, str):
             router = make_router(router, self.settings, policy=policy)
         if hasattr(router, "decide"):
-            return await router.decide(question, extract(question), budget)
+            similar = None
+            if self.settings.episodic_memory:
+                def similar(q: str) -> list[dict[str, Any]]:
+                    found = [e.to_dict() for e in self.episodes.similar(q, k=5) if e.score >= 0.8]
+                    if memory_steps is not None:
+                        memory_steps.append(self.episodes.last_step)
+                    return found
+            return await router.decide(question, extract(question, similar_runs=similar), budget)
         d = router(question)
         if isinstance(d, RouteDecision):
             return d

@@ -51,6 +51,9 @@ class Settings(BaseModel):
     router_epsilon: float = Field(default=0.0, ge=0.0, le=1.0)
     cascade_threshold: float = -0.8  # mean answer-token logprob below this -> escalate
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)  # > 0: runs sample instead of decoding greedily
+    # Episodic memory: remember every finished run in the "episodes" collection of the memory store;
+    # the router reads how similar past questions went (features past_runs / past_success).
+    episodic_memory: bool = False
 
     @property
     def trajectory_dir(self) -> Path:
