@@ -185,16 +185,21 @@ def plan_tasks(suites: list[Suite], routers: list[EvalRouter], samples: int, lim
     return tasks
 
 
-async def run_tasks(agent: Any, tasks: list[Task], config: EvalConfig, *,
-                    on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Run every task not already in OUT/results.jsonl; returns all records (old and new)."""
+def pending(tasks: list[Task], config: EvalConfig) -> tuple[Path, list[dict[str, Any]], list[Task]]:
+    """The results file, the records already in it (a torn tail repaired) and the tasks still to run."""
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     check_config(out, config)
     results_path = out / RESULTS
     records = read_results(results_path, repair=True)
     done = {r["key"] for r in records}
-    todo = [t for t in tasks if t.key not in done]
+    return results_path, records, [t for t in tasks if t.key not in done]
+
+
+async def run_tasks(agent: Any, tasks: list[Task], config: EvalConfig, *,
+                    on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Run every task not already in OUT/results.jsonl; returns all records (old and new)."""
+    results_path, records, todo = pending(tasks, config)
 
     capture = _Capture(agent.writer)
     for t in tasks:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrt.errors import BackendError, ConfigError, InputError, missing_extra
+from agentrt.backends._checks import check_request
+from agentrt.errors import BackendError, ConfigError, missing_extra
 from agentrt.types import Choice, Completion, GenParams, Message, Usage
 
 try:
@@ -122,14 +123,8 @@ class HFBackend:
 
     def submit(self, messages: list[Message], params: GenParams) -> concurrent.futures.Future:
         """Queue a request for the batcher; the future resolves to a Completion."""
-        if params.n < 1 or params.max_tokens < 0:
-            raise InputError("n must be >= 1 and max_tokens >= 0")
         prompt_ids = self.encode(messages, **params.chat_template_kwargs)
-        if len(prompt_ids) + params.max_tokens > self.context_length:
-            raise InputError(
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
-                f"context of {self.name} ({self.context_length} tokens); shorten the input"
-            )
+        check_request(len(prompt_ids), params, self.context_length, self.name)
         fut: concurrent.futures.Future = concurrent.futures.Future()
         self._queue.put(_Request(prompt_ids, params, fut, time.perf_counter()))
         return fut

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.backends._loop import BackgroundLoop
-from agentrt.errors import BackendError, ConfigError, InputError, missing_extra
+from agentrt.backends._checks import check_request
+from agentrt.errors import BackendError, ConfigError, missing_extra
 from agentrt.types import Choice, Completion, GenParams, Message, Usage
 
 # vLLM logs every request at INFO and a page of CPU advice at WARNING; a CLI user wants answers.
@@ -107,14 +108,8 @@ class VLLMBackend:
         return len(self.encode(messages, **(params.chat_template_kwargs if params else {})))
 
     async def chat(self, messages: list[Message], params: GenParams) -> Completion:
-        if params.n < 1 or params.max_tokens < 0:
-            raise InputError("n must be >= 1 and max_tokens >= 0")
         prompt_ids = self.encode(messages, **params.chat_template_kwargs)
-        if len(prompt_ids) + params.max_tokens > self.context_length:
-            raise InputError(
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
-                f"context of {self.name} ({self.context_length} tokens); shorten the input"
-            )
+        check_request(len(prompt_ids), params, self.context_length, self.name)
         if params.max_tokens == 0:  # vLLM rejects max_tokens=0; nothing to generate anyway
             empty = [Choice("", [], [] if params.logprobs else None, "length") for _ in range(params.n)]
             return Completion(empty, prompt_ids, Usage(len(prompt_ids), 0), self.name)

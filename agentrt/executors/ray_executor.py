@@ -253,17 +253,12 @@ class RayExecutor:
     async def run_tasks(self, agent: Any, tasks: list[Any], config: Any, *,
                         on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
         """``evals.runner.run_tasks`` on Ray: runs every task not yet in OUT/results.jsonl; returns all records."""
-        from evals.runner import RESULTS, check_config, read_results
+        from evals.runner import pending
 
-        out = Path(config.out)
-        out.mkdir(parents=True, exist_ok=True)
-        check_config(out, config)
-        results_path = out / RESULTS
-        records = read_results(results_path, repair=True)
-        done = {r["key"] for r in records}
-        todo = [t for t in tasks if t.key not in done]
+        results_path, records, todo = pending(tasks, config)
         if not todo:
             return records
+        done = {r["key"] for r in records}
         self.start(agent.settings, str(agent.writer.path))
         with open(results_path, "ab") as fh:
             def write(task: Any, out_: dict[str, Any], slot: _Slot, attempt: int) -> None:
