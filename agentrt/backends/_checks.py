@@ -1,8 +1,10 @@
-"""Request checks every local backend applies before queueing a request."""
+"""Checks the backends share: request limits, and the typed options of a backend spec."""
 
 from __future__ import annotations
 
-from agentrt.errors import InputError
+from typing import Any
+
+from agentrt.errors import ConfigError, InputError
 from agentrt.types import GenParams
 
 
@@ -15,3 +17,23 @@ def check_request(prompt_tokens: int, params: GenParams, context_length: int, mo
             f"prompt ({prompt_tokens} tokens) + max_tokens ({params.max_tokens}) exceeds the "
             f"context of {model} ({context_length} tokens); shorten the input"
         )
+
+
+def parse_options(query: str, allowed: dict[str, type], what: str) -> dict[str, Any]:
+    """``a=1&b=true`` (the part of a backend spec after ``?``) -> typed options; ConfigError names the bad one."""
+    options: dict[str, Any] = {}
+    for part in filter(None, query.split("&")):
+        key, sep, value = part.partition("=")
+        if not sep or key not in allowed:
+            raise ConfigError(f"bad {what} option {part!r}; use KEY=VALUE with KEY one of {', '.join(allowed)}")
+        kind = allowed[key]
+        try:
+            if kind is bool:
+                if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError(value)
+                options[key] = value.lower() in ("1", "true", "yes")
+            else:
+                options[key] = kind(value)
+        except ValueError:
+            raise ConfigError(f"bad {what} option {part!r}: {key} must be a {kind.__name__}") from None
+    return options

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrt.backends._checks import parse_options
 from agentrt.backends._loop import BackgroundLoop
 from agentrt.errors import BackendError, ConfigError, InputError, missing_extra
 from agentrt.types import Choice, Completion, GenParams, Message, Usage
@@ -452,16 +453,7 @@ def parse_spec(arg: str) -> tuple[list[str], str, dict[str, Any]]:
         parsed = httpx.URL(u) if u.startswith(("http://", "https://")) else None
         if parsed is None or not parsed.host:
             raise ConfigError(f"bad URL {u!r} in openai spec: use http(s)://HOST[:PORT]/v1")
-    options: dict[str, Any] = {}
-    for part in filter(None, query.split("&")):
-        key, eq, value = part.partition("=")
-        if not eq or key not in OPTIONS:
-            raise ConfigError(f"bad openai option {part!r}; use KEY=VALUE with KEY one of {', '.join(OPTIONS)}")
-        kind = OPTIONS[key]
-        try:
-            options[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
-        except ValueError:
-            raise ConfigError(f"bad openai option {part!r}: {key} must be a {kind.__name__}") from None
+    options = parse_options(query, OPTIONS, "openai")
     return urls, model, options
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.backends._loop import BackgroundLoop
-from agentrt.backends._checks import check_request
+from agentrt.backends._checks import check_request, parse_options
 from agentrt.errors import BackendError, ConfigError, missing_extra
 from agentrt.types import Choice, Completion, GenParams, Message, Usage
 
@@ -196,26 +196,6 @@ def _on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
-def parse_options(query: str) -> dict[str, Any]:
-    """``tensor_parallel_size=2&enable_prefix_caching=true`` -> typed engine options."""
-    options: dict[str, Any] = {}
-    for part in filter(None, query.split("&")):
-        key, sep, value = part.partition("=")
-        if not sep or key not in ENGINE_OPTIONS:
-            raise ConfigError(f"bad vLLM option {part!r}; use KEY=VALUE with KEY one of {', '.join(ENGINE_OPTIONS)}")
-        kind = ENGINE_OPTIONS[key]
-        try:
-            if kind is bool:
-                if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
-                    raise ValueError(value)
-                options[key] = value.lower() in ("1", "true", "yes")
-            else:
-                options[key] = kind(value)
-        except ValueError:
-            raise ConfigError(f"bad vLLM option {part!r}: {key} must be a {kind.__name__}") from None
-    return options
-
-
 def from_spec(arg: str, settings: Any) -> VLLMBackend:
     """``vllm:embedded``, ``vllm:/path/to/hf-folder``; options after ``?``: ``vllm:DIR?tensor_parallel_size=2``."""
     import sys
@@ -223,7 +203,7 @@ def from_spec(arg: str, settings: Any) -> VLLMBackend:
     from agentrt.backends._embedded import EMBEDDED_NAME, embedded_model_path
 
     target, _, query = arg.partition("?")
-    options = parse_options(query)
+    options = parse_options(query, ENGINE_OPTIONS, "vLLM")
     if target == "embedded":
         path = embedded_model_path(
             settings.models_dir,

@@ -24,24 +24,11 @@ from agentrt.backends.openai import OpenAIBackend
 from agentrt.config import Settings
 from agentrt.errors import BackendError, ConfigError
 from agentrt.trajectory import read_trajectories
+from _backend_cases import PROMPTS, SCHEMA
 from agentrt.types import GenParams, Message
 
 pytestmark = pytest.mark.slow
 NAME = "smol"
-PROMPTS = [
-    "What is the capital of France?",
-    "Name three primary colors.",
-    "Write one sentence about the sea.",
-    "What is 2 + 2?",
-    "Say hello in Spanish.",
-]
-SCHEMA = {
-    "type": "object",
-    "properties": {"route": {"enum": ["direct", "reason", "plan"]},
-                   "confidence": {"type": "number", "minimum": 0, "maximum": 1}},
-    "required": ["route", "confidence"],
-    "additionalProperties": False,
-}
 
 
 @pytest.fixture(scope="module")

@@ -17,25 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from _backend_cases import PROMPTS, SCHEMA
 from agentrt.types import GenParams, Message
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-PROMPTS = [
-    "What is the capital of France?",
-    "Name three primary colors.",
-    "Write one sentence about the sea.",
-    "What is 2 + 2?",
-    "Say hello in Spanish.",
-]
-SCHEMA = {
-    "type": "object",
-    "properties": {"route": {"enum": ["direct", "reason", "plan"]},
-                   "confidence": {"type": "number", "minimum": 0, "maximum": 1}},
-    "required": ["route", "confidence"],
-    "additionalProperties": False,
-}
 
 if importlib.util.find_spec("vllm") is None:
 
