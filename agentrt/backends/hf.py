@@ -1,7 +1,8 @@
 """Transformers backend with a dynamic batcher (the embedded CPU default).
 
-Concurrent ``chat`` calls that arrive within ``batch_window_ms`` decode together in one left-padded
-batch, so parallel searchers share forward passes. One batcher thread owns the model; callers from
+Concurrent ``chat`` calls decode together in one left-padded batch, so parallel searchers share forward
+passes: calls that arrive within ``batch_window_ms`` start together, later ones join the running batch
+(continuous batching), and each call is answered as soon as its own rows finish. One batcher thread owns the model; callers from
 any event loop or thread await a future. The decode loop is our own (not ``generate``) so every row
 keeps its own max_tokens, stop strings, sampling parameters, seed and grammar.
 """
@@ -38,6 +39,7 @@ class BatcherStats:
     forward_passes: int = 0
     max_batch_rows: int = 0
     tokens_generated: int = 0
+    joined: int = 0  # requests that joined a batch already decoding
 
 
 @dataclass(slots=True)
@@ -58,6 +60,60 @@ class _Request:
     params: GenParams
     future: concurrent.futures.Future
     submitted: float
+    rows: list[_Row] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Group:
+    """The rows decoding together and their tensors: the next input ids, positions, attention mask (one
+    column per cached token plus the next one) and the KV cache."""
+
+    rows: list[_Row]
+    past: Any
+    step_ids: torch.Tensor
+    step_pos: torch.Tensor
+    mask: torch.Tensor
+
+    @property
+    def joinable(self) -> bool:
+        """New rows can join when every cache layer is a plain growing one (no sliding window)."""
+        return all(type(layer).__name__ == "DynamicLayer" for layer in self.past.layers)
+
+    def advance(self, next_ids: torch.Tensor) -> None:
+        self.step_ids = next_ids.unsqueeze(-1)
+        self.step_pos = self.step_pos[:, -1:] + 1
+        self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=torch.long)], dim=-1)
+
+    def select(self, keep: list[int]) -> None:
+        """Keep only rows ``keep``; then drop the leading cache columns that no remaining row attends to."""
+        index = torch.tensor(keep, dtype=torch.long)
+        self.past.batch_select_indices(index)
+        self.step_ids, self.step_pos, self.mask = self.step_ids[index], self.step_pos[index], self.mask[index]
+        self.rows = [self.rows[i] for i in keep]
+        first = int(self.mask.any(0).long().argmax())
+        if first > 0 and self.joinable:
+            self.mask = self.mask[:, first:]
+            for layer in self.past.layers:
+                layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
+
+    def merge(self, other: _Group) -> _Group:
+        """Append ``other``'s rows: the shorter cache is left-padded with masked-out zeros."""
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        for g in (self, other):
+            pad = width - g.mask.shape[1]
+            if pad:
+                g.mask = torch.cat([torch.zeros((len(g.rows), pad), dtype=torch.long), g.mask], dim=-1)
+                for layer in g.past.layers:
+                    layer.keys = torch.cat([_zeros_like_columns(layer.keys, pad), layer.keys], dim=-2)
+                    layer.values = torch.cat([_zeros_like_columns(layer.values, pad), layer.values], dim=-2)
+        for mine, theirs in zip(self.past.layers, other.past.layers):
+            mine.keys = torch.cat([mine.keys, theirs.keys], dim=0)
+            mine.values = torch.cat([mine.values, theirs.values], dim=0)
+        self.rows = self.rows + other.rows
+        self.step_ids = torch.cat([self.step_ids, other.step_ids])
+        self.step_pos = torch.cat([self.step_pos, other.step_pos])
+        self.mask = torch.cat([self.mask, other.mask])
+        return self
 
 
 class HFBackend:
@@ -92,6 +148,8 @@ class HFBackend:
         self.stats = BatcherStats()
         self._grammars = None  # built on first structured request (xgrammar)
         self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self._inflight: list[_Request] = []  # owned by the batcher thread
+        self._closing = False
         self._thread = threading.Thread(target=self._serve, name=f"agentrt-batcher-{self.name}", daemon=True)
         self._thread.start()
 
@@ -166,34 +224,66 @@ class HFBackend:
         return scores, len(prefix) + sum(len(r) - len(prefix) for r in rows)
 
     # -- the batcher -------------------------------------------------------------------------
+    # Continuous batching: requests that arrive while a batch decodes are prefilled on their own and
+    # joined into the running batch (KV caches left-padded to one length); each request is answered the
+    # moment its rows finish, and finished rows leave the batch so they cost nothing.
     def _serve(self) -> None:
         while True:
             first = self._queue.get()
             if first is None:
                 return
-            batch = [first]
-            rows = first.params.n
-            deadline = time.perf_counter() + self.batch_window_s
-            while rows < self.max_batch:
-                try:
-                    req = self._queue.get(timeout=max(0.0, deadline - time.perf_counter()))
-                except queue.Empty:
-                    break
-                if req is None:
-                    self._queue.put(None)
-                    break
-                batch.append(req)
-                rows += req.params.n
+            batch = [first] + self._take(first.params.n, wait=True)
             try:
                 with torch.inference_mode():
-                    results = self._decode(batch)
-                for req, completion in zip(batch, results):
-                    _settle(req.future, completion)
-            except Exception as e:  # a model failure fails the batch, not the thread
-                for req in batch:
+                    self._decode(batch)
+            except Exception as e:  # a model failure fails the requests in flight, not the thread
+                for req in self._inflight:
                     _settle(req.future, BackendError(f"{self.name}: decoding failed: {e}"))
+            self._inflight = []
+            if self._closing:
+                return
 
-    def _decode(self, batch: list[_Request]) -> list[Completion]:
+    def _take(self, rows: int, *, wait: bool) -> list[_Request]:
+        """More queued requests while there is room: within the batch window when a batch forms, only
+        those already waiting while it runs."""
+        taken: list[_Request] = []
+        deadline = time.perf_counter() + (self.batch_window_s if wait else 0.0)
+        while rows < self.max_batch and not self._closing:
+            try:
+                req = self._queue.get(timeout=max(0.0, deadline - time.perf_counter())) if wait \
+                    else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if req is None:  # close(): finish what was taken, then stop
+                self._closing = True
+                break
+            taken.append(req)
+            rows += req.params.n
+        return taken
+
+    def _decode(self, batch: list[_Request]) -> None:
+        self.stats.batches += 1
+        group: _Group | None = None
+        while batch or group is not None:
+            if batch:
+                if group is not None:
+                    self.stats.joined += len(batch)
+                joined = self._prefill(batch)
+                group = joined if group is None else (group.merge(joined) if joined is not None else group)
+                group = self._drop_finished(group)
+            if group is not None:
+                out = self.model(input_ids=group.step_ids, attention_mask=group.mask, position_ids=group.step_pos,
+                                 past_key_values=group.past, use_cache=True)
+                self.stats.forward_passes += 1
+                group.past = out.past_key_values
+                group.advance(self._advance(group.rows, out.logits[:, -1, :].float()))
+                group = self._drop_finished(group)
+            size = len(group.rows) if group is not None else 0
+            batch = self._take(size, wait=False) if group is None or group.joinable else []
+            self.stats.max_batch_rows = max(self.stats.max_batch_rows, size + sum(r.params.n for r in batch))
+
+    def _prefill(self, batch: list[_Request]) -> _Group | None:
+        """Start ``batch``: one left-padded forward pass over the prompts picks each row's first token."""
         rows: list[_Row] = []
         for req in batch:
             for i in range(req.params.n):
@@ -201,12 +291,17 @@ class HFBackend:
                 if req.params.temperature > 0:
                     gen = torch.Generator()
                     gen.manual_seed((req.params.seed if req.params.seed is not None else time.time_ns()) + i)
-                rows.append(_Row(req, i, gen, self._grammar_for(req.params)))
+                row = _Row(req, i, gen, self._grammar_for(req.params))
+                if req.params.max_tokens <= 0:
+                    row.finish = "length"
+                req.rows.append(row)
+                rows.append(row)
+            self._inflight.append(req)
         self.stats.requests += len(batch)
-        self.stats.batches += 1
         self.stats.rows += len(rows)
-        self.stats.max_batch_rows = max(self.stats.max_batch_rows, len(rows))
-
+        rows = [r for r in rows if r.finish is None]
+        if not rows:
+            return None
         prompts = [r.request.prompt_ids for r in rows]
         width = max(len(p) for p in prompts)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -215,58 +310,51 @@ class HFBackend:
             ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[i, width - len(p):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        steps = max(r.request.params.max_tokens for r in rows)
-        active = [r.request.params.max_tokens > 0 for r in rows]
-        for r, a in zip(rows, active):
-            if not a:
-                r.finish = "length"
-        past = None
-        step_ids, step_pos = ids, positions
-        live = rows  # the rows still in the tensors; finished rows are dropped so they cost nothing
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            if not any(active):
-                break
-            out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
-                             past_key_values=past, use_cache=True)
-            self.stats.forward_passes += 1
-            past = out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            logprobs = torch.log_softmax(logits, dim=-1)
-            next_ids = self._pick(live, active, logits)
-            for i, r in enumerate(live):
-                if active[i] and r.request.future.cancelled():  # the caller gave up (Ctrl-C): stop its rows
-                    active[i], r.finish = False, "length"
-                if not active[i]:
-                    continue
-                tok = int(next_ids[i])
-                r.tokens.append(tok)
-                r.logprobs.append(float(logprobs[i, tok]))
-                self.stats.tokens_generated += 1
-                if r.grammar is not None:
-                    r.grammar.accept_token(tok)
-                self._check_finished(r)
-                active[i] = r.finish is None
-            step_ids = next_ids.unsqueeze(-1)
-            step_pos = step_pos[:, -1:] + 1
-            mask = torch.cat([mask, torch.ones((len(live), 1), dtype=torch.long)], dim=-1)
-            if not all(active) and any(active):
-                keep = [i for i, a in enumerate(active) if a]
-                index = torch.tensor(keep, dtype=torch.long)
-                past.batch_select_indices(index)
-                step_ids, step_pos, mask = step_ids[index], step_pos[index], mask[index]
-                live, active = [live[i] for i in keep], [True] * len(keep)
-        elapsed = time.perf_counter() - t0
-        return [self._completion(req, [r for r in rows if r.request is req], elapsed) for req in batch]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        self.stats.forward_passes += 1
+        group = _Group(rows, out.past_key_values, ids, positions, mask)
+        group.advance(self._advance(rows, out.logits[:, -1, :].float()))
+        return group
 
-    def _pick(self, rows: list[_Row], active: list[bool], logits: torch.Tensor) -> torch.Tensor:
+    def _advance(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
+        """Pick every row's next token, record it with its log-prob, and mark the rows that finish."""
+        logprobs = torch.log_softmax(logits, dim=-1)
+        next_ids = self._pick(rows, logits)
+        for i, r in enumerate(rows):
+            if r.request.future.cancelled():  # the caller gave up (Ctrl-C): stop its rows
+                r.finish = "length"
+                continue
+            tok = int(next_ids[i])
+            r.tokens.append(tok)
+            r.logprobs.append(float(logprobs[i, tok]))
+            self.stats.tokens_generated += 1
+            if r.grammar is not None:
+                r.grammar.accept_token(tok)
+            self._check_finished(r)
+        return next_ids
+
+    def _drop_finished(self, group: _Group | None) -> _Group | None:
+        """Answer the requests whose rows are all done, and take their rows out of the batch."""
+        for req in [q for q in self._inflight if all(r.finish is not None for r in q.rows)]:
+            self._inflight.remove(req)
+            _settle(req.future, self._completion(req))
+        if group is None:
+            return None
+        keep = [i for i, r in enumerate(group.rows) if r.finish is None]
+        if not keep:
+            return None
+        if len(keep) < len(group.rows):
+            group.select(keep)
+        return group
+
+    def _pick(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
         """Choose each row's next token: grammar mask, then greedy or temperature/top-p sampling."""
         next_ids = torch.full((len(rows),), self.pad_id, dtype=torch.long)
-        greedy = [i for i, r in enumerate(rows) if active[i] and r.request.params.temperature <= 0 and r.grammar is None]
+        greedy = [i for i, r in enumerate(rows) if r.request.params.temperature <= 0 and r.grammar is None]
         if greedy:
             next_ids[greedy] = logits[greedy].argmax(-1)
         for i, r in enumerate(rows):
-            if not active[i] or i in greedy:
+            if i in greedy:
                 continue
             row_logits = logits[i].clone()
             if r.grammar is not None:
@@ -300,12 +388,12 @@ class HFBackend:
         if r.finish is None and len(r.tokens) >= p.max_tokens:
             r.finish = "length"
 
-    def _completion(self, req: _Request, rows: list[_Row], elapsed: float) -> Completion:
+    def _completion(self, req: _Request) -> Completion:
         choices = [
             Choice(r.text, r.tokens, r.logprobs if req.params.logprobs else None, r.finish or "length")
-            for r in rows
+            for r in req.rows
         ]
-        usage = Usage(len(req.prompt_ids), sum(len(r.tokens) for r in rows))
+        usage = Usage(len(req.prompt_ids), sum(len(r.tokens) for r in req.rows))
         return Completion(choices, list(req.prompt_ids), usage, self.name, time.perf_counter() - req.submitted)
 
     # -- structured output -----------------------------------------------------------------------
@@ -317,6 +405,11 @@ class HFBackend:
 
             self._grammars = GrammarCache(self.tokenizer, self.vocab_size)
         return self._grammars.matcher(params)
+
+
+def _zeros_like_columns(t: torch.Tensor, n: int) -> torch.Tensor:
+    """Zeros shaped like ``n`` sequence columns of a (batch, heads, seq, dim) cache tensor."""
+    return t.new_zeros(*t.shape[:-2], n, t.shape[-1])
 
 
 def _settle(future: concurrent.futures.Future, outcome: Any) -> None:

@@ -45,6 +45,30 @@ def test_concurrent_requests_share_forward_passes(embedded):
     assert [r.choices[0].token_ids for r in results[:2]] == alone
 
 
+def test_late_request_joins_the_running_batch_and_returns_first(embedded):
+    """Continuous batching: a request sent while a long one decodes joins its batch (no wait for it to
+    finish), gets exactly the tokens it gets alone, and is answered as soon as its own rows are done."""
+    short_q = [Message("user", "Name a famous river.")]
+    long_q = [Message("user", "Write a long story about a dragon.")]
+    alone_short = embedded.chat_sync(short_q, GenParams(max_tokens=10)).choices[0].token_ids
+    alone_long = embedded.chat_sync(long_q, GenParams(max_tokens=60)).choices[0].token_ids
+    joined_before, batches_before = embedded.stats.joined, embedded.stats.batches
+
+    async def scenario():
+        long = asyncio.ensure_future(embedded.chat(long_q, GenParams(max_tokens=60)))
+        while embedded.stats.tokens_generated == tokens_before:  # the long request is decoding
+            await asyncio.sleep(0.01)
+        short = await embedded.chat(short_q, GenParams(max_tokens=10))
+        return short, long.done(), await long
+
+    tokens_before = embedded.stats.tokens_generated
+    short, long_was_done, long = asyncio.run(scenario())
+    assert embedded.stats.joined == joined_before + 1 and embedded.stats.batches == batches_before + 1
+    assert not long_was_done, "the short request waited for the long one"
+    assert short.choices[0].token_ids == alone_short
+    assert long.choices[0].token_ids == alone_long
+
+
 def test_max_tokens_stop_and_n_with_seed(embedded):
     c = embedded.chat_sync(FRANCE, GenParams(max_tokens=3))
     assert c.finish_reason == "length" and len(c.choices[0].token_ids) == 3
