@@ -104,6 +104,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         probs, outcomes = [p for p, _ in cal], [o for _, o in cal]
         out["calibration"] = {"n": len(cal), "ece": ece(probs, outcomes), "brier": brier(probs, outcomes),
                               "reliability": reliability(probs, outcomes)}
+    if any(r.get("turns") for r in records):
+        out["per_turn"] = per_turn(records)
     unanswerable = [r for r in records if r["type"] == "unanswerable"]
     abstained = [r for r in records if r.get("abstained")]
     if unanswerable or abstained:
@@ -111,6 +113,22 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         out["abstention"] = {"abstained": len(abstained), "unanswerable": len(unanswerable),
                              "precision": hits / len(abstained) if abstained else None,
                              "recall": hits / len(unanswerable) if unanswerable else None}
+    return out
+
+
+def per_turn(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Multi-turn items: accuracy of turn 1, 2, ... (a turn never asked, after a failed one, counts as
+    wrong) and of the plan check, with the share of plan checks whose plan had a dependent step."""
+    multi = [r for r in records if r.get("turns")]
+    out: dict[str, Any] = {"items": len({r["item_id"] for r in multi})}
+    for n in range(1, max(r.get("n_turns", len(r["turns"])) for r in multi) + 1):
+        asked = [r for r in multi if r.get("n_turns", len(r["turns"])) >= n]
+        out[f"turn {n}"] = _mean([float(any(t["turn"] == n and t["correct"] for t in r["turns"])) for r in asked])
+    checked = [r for r in multi if r.get("plan_check")]
+    if checked:
+        out["plan"] = _mean([float(bool(r.get("plan") and r["plan"]["correct"])) for r in checked])
+        plans = [r["plan"] for r in checked if r.get("plan") and r["plan"].get("status") != "error"]
+        out["plan_dependent"] = _mean([float(p.get("dependent_steps", 0) > 0) for p in plans])
     return out
 
 

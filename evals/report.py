@@ -70,6 +70,17 @@ def markdown(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
             for action, a in per_suite.get(suite, {}).get("per_action", {}).items():
                 lines.append(f"| {name} | {action} | {a['runs']} | {_f(a['accuracy'])} | {_f(a['total_tokens'], 0)} |")
         lines.append("")
+        turn_rows = [(name, per_suite[suite]["per_turn"]) for name, per_suite in policies.items()
+                     if "per_turn" in per_suite.get(suite, {})]
+        if turn_rows:
+            cols = sorted({k for _, t in turn_rows for k in t if k.startswith("turn ")}, key=lambda k: int(k[5:]))
+            lines += ["Per turn (multi-turn items; the item's score is its last turn's):", "",
+                      "| policy | items | " + " | ".join(cols) + " | plan check | plan with dependent steps |",
+                      "|---|---|" + "---|" * (len(cols) + 2)]
+            for name, t in turn_rows:
+                lines.append(f"| {name} | {t['items']} | " + " | ".join(_f(t.get(c)) for c in cols)
+                             + f" | {_f(t.get('plan'))} | {_f(t.get('plan_dependent'))} |")
+            lines.append("")
     cal_rows = [(n, s, m["calibration"]) for n, p in policies.items() for s, m in p.items() if s != "all" and "calibration" in m]
     if cal_rows:
         lines += ["## Calibration", "", "| policy | suite | n | ECE | Brier |", "|---|---|---|---|---|"]

@@ -69,6 +69,8 @@ class _Capture:
     inner: Any
     by_question: dict[str, Item] = field(default_factory=dict)
     pending: dict[str, asyncio.Future] = field(default_factory=dict)
+    # Extra trajectory metadata per prompt: a multi-turn item's turn index (evals.multiturn).
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -94,6 +96,8 @@ class _Capture:
             record.reward = scored.score
             record.rewards = {**record.rewards, "eval": RewardBreakdown(score=scored.score, reason=scored.reason,
                                                                          verifier=item.verifier)}
+        if record.question in self.metadata:
+            record.metadata = {**record.metadata, **self.metadata[record.question]}
         self.inner.append(record)
         return record, scored
 
@@ -241,38 +245,62 @@ async def run_tasks(agent: Any, tasks: list[Task], config: EvalConfig, *,
 
 
 async def run_one(agent: Any, capture: _Capture, task: Task, config: EvalConfig) -> dict[str, Any]:
-    """Run and score one task; a failed run is a record with ``error`` (score 0), never a crash of the eval."""
+    """Run and score one task; a failed run is a record with ``error`` (score 0), never a crash of the eval.
+
+    A multi-turn item (``item.turns``) is one task: its whole conversation runs here (evals.multiturn).
+    """
+    if task.item.turns:
+        from evals.multiturn import run_conversation
+
+        return await run_conversation(agent, capture, task, config)
     choice = task.router.choose(task.item)
-    base = {"key": task.key, "router": task.router.name, "suite": task.suite, "item_id": task.item.id,
-            "sample": task.sample, "seed": sample_seed(config.seed, task.suite, task.item.id, task.sample),
-            "type": task.item.type, "fixed": task.router.fixed, "p_success": choice.p_success}
+    base = task_base(task, config, choice.p_success)
     started = time.perf_counter()
     try:
         result = await agent.arun(task.item.question, budget=config.budget, route=choice.route, router=choice.router,
                                   temperature=config.temperature, seed=base["seed"])
     except Exception as e:  # noqa: BLE001 - one bad item (too long, backend hiccup) must not stop the eval
-        return {**base, "route": choice.route or "", "answer": "", "score": 0.0, "correct": False, "abstained": False,
-                "reason": "", "status": "error", "error": f"{type(e).__name__}: {e}", "truncated": False,
-                "prompt_tokens": 0, "completion_tokens": 0, "thinking_tokens": 0, "tool_calls": 0,
-                "latency_s": round(time.perf_counter() - started, 4), "trajectory_id": None}
+        return {**base, **failed_fields(choice.route, e, started)}
+    fields, _ = await run_fields(capture, task.item, result, started, base["p_success"])
+    return {**base, **fields}
+
+
+def task_base(task: Task, config: EvalConfig, p_success: float | None) -> dict[str, Any]:
+    """The fields of a result record that name the task."""
+    return {"key": task.key, "router": task.router.name, "suite": task.suite, "item_id": task.item.id,
+            "sample": task.sample, "seed": sample_seed(config.seed, task.suite, task.item.id, task.sample),
+            "type": task.item.type, "fixed": task.router.fixed, "p_success": p_success}
+
+
+def failed_fields(route: str | None, error: Exception, started: float) -> dict[str, Any]:
+    """The outcome fields of a run that raised (score 0)."""
+    return {"route": route or "", "answer": "", "score": 0.0, "correct": False, "abstained": False,
+            "reason": "", "status": "error", "error": f"{type(error).__name__}: {error}", "truncated": False,
+            "prompt_tokens": 0, "completion_tokens": 0, "thinking_tokens": 0, "tool_calls": 0,
+            "latency_s": round(time.perf_counter() - started, 4), "trajectory_id": None}
+
+
+async def run_fields(capture: _Capture, item: Item, result: Any, started: float,
+                     p_success: float | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The outcome fields of a finished run (scored against ``item``), and its trajectory steps."""
     record, scored = None, None
     if result.trajectory_id in capture.pending:  # the trajectory is on disk before the run counts
         record, scored = await capture.pending.pop(result.trajectory_id)
     latency = time.perf_counter() - started
-    scored = scored or score_item(task.item, result.answer, result.route)
+    scored = scored or score_item(item, result.answer, result.route)
     steps = record.steps if record is not None else []
     thinking = sum(s.get("usage", {}).get("completion_tokens", 0) for s in steps
                    if s.get("kind") == "model_call" and s.get("name") == "think")
-    p = base["p_success"]
+    p = p_success
     for s in steps:  # a router that predicts success records it in its route step
         if s.get("kind") == "route_decision" and isinstance(s.get("p_success"), dict):
             p = s["p_success"].get(result.route, p)
-    return {**base, "p_success": p, "route": result.route, "answer": result.answer, "score": scored.score,
+    return {"p_success": p, "route": result.route, "answer": result.answer, "score": scored.score,
             "correct": scored.correct, "abstained": scored.abstained, "reason": scored.reason, "status": result.status,
             "error": None, "truncated": result.truncated, "prompt_tokens": result.usage.prompt_tokens,
             "completion_tokens": result.usage.completion_tokens, "thinking_tokens": thinking,
             "tool_calls": sum(1 for s in steps if s.get("kind") == "tool_call"),
-            "latency_s": round(latency, 4), "trajectory_id": result.trajectory_id}
+            "latency_s": round(latency, 4), "trajectory_id": result.trajectory_id}, steps
 
 
 def validate(config: EvalConfig) -> tuple[list[EvalRouter], list[Suite]]:
@@ -310,6 +338,9 @@ def evaluate(config: EvalConfig, *, agent: Any = None, progress: bool = False, e
     notes = []
     if "hotpotqa" in config.suites:
         notes.append("hotpotqa ran closed-book: the plan/search route does not exist yet.")
+    if any(item.turns for suite in suites for item in suite.items[:config.limit]):
+        notes.append("multi-turn items: turns asked in order in one session (budget per turn), scored each; the item "
+                     "scores its last turn; the plan check runs the whole question alone with route plan.")
     if config.samples > 1:
         notes.append("samples use the policy's decoding settings; with greedy decoding all samples agree.")
     meta = {**asdict(config), "wall_s": time.perf_counter() - started, "notes": notes,

