@@ -121,14 +121,18 @@ def per_turn(records: list[dict[str, Any]]) -> dict[str, Any]:
     wrong) and of the plan check, with the share of plan checks whose plan had a dependent step."""
     multi = [r for r in records if r.get("turns")]
     out: dict[str, Any] = {"items": len({r["item_id"] for r in multi})}
+    scores: dict[str, float | None] = {}  # mean verifier score (e.g. QA F1): signal below full accuracy
     for n in range(1, max(r.get("n_turns", len(r["turns"])) for r in multi) + 1):
         asked = [r for r in multi if r.get("n_turns", len(r["turns"])) >= n]
         out[f"turn {n}"] = _mean([float(any(t["turn"] == n and t["correct"] for t in r["turns"])) for r in asked])
+        scores[f"turn {n}"] = _mean([next((t["score"] for t in r["turns"] if t["turn"] == n), 0.0) for r in asked])
     checked = [r for r in multi if r.get("plan_check")]
     if checked:
         out["plan"] = _mean([float(bool(r.get("plan") and r["plan"]["correct"])) for r in checked])
+        scores["plan"] = _mean([r["plan"]["score"] if r.get("plan") else 0.0 for r in checked])
         plans = [r["plan"] for r in checked if r.get("plan") and r["plan"].get("status") != "error"]
         out["plan_dependent"] = _mean([float(p.get("dependent_steps", 0) > 0) for p in plans])
+    out["mean_score"] = scores
     return out
 
 

@@ -206,10 +206,14 @@ def corpus_name(path: str | Path) -> str:
 async def use_corpus(agent: Any, path: str | Path) -> str:
     """Index ``path`` (once per store) and point the agent's plan route at it (``settings.corpus``).
 
-    The setting is the Agent's, so one eval searches one suite corpus: items naming another raise.
+    A corpus the config names (not "default") wins: nothing is indexed, e.g. ``corpus = "hotpotqa"``
+    (``agentrt index --hotpotqa``) searches all 73,700 pooled paragraphs instead. The setting is the
+    Agent's, so one eval searches one suite corpus: items naming another raise.
     """
-    name = await asyncio.to_thread(_index_once, agent.settings, Path(path))
     current = getattr(agent.settings, "corpus", "default")
+    if current != "default" and not current.startswith("eval-"):
+        return current
+    name = await asyncio.to_thread(_index_once, agent.settings, Path(path))
     if current != name and current.startswith("eval-"):
         from agentrt.errors import InputError
 

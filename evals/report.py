@@ -74,12 +74,16 @@ def markdown(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
                      if "per_turn" in per_suite.get(suite, {})]
         if turn_rows:
             cols = sorted({k for _, t in turn_rows for k in t if k.startswith("turn ")}, key=lambda k: int(k[5:]))
-            lines += ["Per turn (multi-turn items; the item's score is its last turn's):", "",
+            lines += ["Per turn (multi-turn items; accuracy / mean score; the item's score is its last turn's):", "",
                       "| policy | items | " + " | ".join(cols) + " | plan check | plan with dependent steps |",
                       "|---|---|" + "---|" * (len(cols) + 2)]
+
+            def cell(t: dict[str, Any], key: str) -> str:
+                return f"{_f(t.get(key))} / {_f(t.get('mean_score', {}).get(key))}" if key in t else "-"
+
             for name, t in turn_rows:
-                lines.append(f"| {name} | {t['items']} | " + " | ".join(_f(t.get(c)) for c in cols)
-                             + f" | {_f(t.get('plan'))} | {_f(t.get('plan_dependent'))} |")
+                lines.append(f"| {name} | {t['items']} | " + " | ".join(cell(t, c) for c in cols)
+                             + f" | {cell(t, 'plan')} | {_f(t.get('plan_dependent'))} |")
             lines.append("")
     cal_rows = [(n, s, m["calibration"]) for n, p in policies.items() for s, m in p.items() if s != "all" and "calibration" in m]
     if cal_rows:

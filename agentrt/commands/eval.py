@@ -14,7 +14,7 @@ import sys
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate routing policies on a suite (gsm8k, math500, ifeval, simpleqa, "
-                                    "humaneval, hotpotqa, or a .jsonl file)")
+                                    "humaneval, hotpotqa, hotpotqa-multiturn, or a .jsonl file)")
     p.add_argument("--suite", action="append", required=True, help="built-in suite name or FILE.jsonl (repeatable)")
     p.add_argument("--router", action="append", help="fixed:direct | fixed:reason | rules (repeatable; default: all three)")
     p.add_argument("--budget", type=int, default=1024, help="token budget per run (default 1024)")

@@ -95,8 +95,8 @@ def test_multiturn_memory_path_scores_and_resume(tmp_path, agentrt_home):
     assert k1["prompt_tokens"] == sum(t["prompt_tokens"] for t in k1["turns"]) and k1["plan"] is None
     assert results["k2"]["score"] == 0.0  # a first turn that refers to nothing: the scripted model does not know
     per_turn = report["policies"]["fixed:direct"]["mt"]["per_turn"]
-    assert per_turn == {"items": 2, "turn 1": 0.5, "turn 2": 1.0}
-    assert "| fixed:direct | 2 | 0.500 | 1.000 |" in (out / "report.md").read_text()
+    assert per_turn == {"items": 2, "turn 1": 0.5, "turn 2": 1.0, "mean_score": {"turn 1": 0.5, "turn 2": 1.0}}
+    assert "| fixed:direct | 2 | 0.500 / 0.500 | 1.000 / 1.000 | - | - |" in (out / "report.md").read_text()
 
     trajectories = [json.loads(line) for line in (agentrt_home / "trajectories" / "trajectories.jsonl").read_text().splitlines()]
     k1_runs = sorted((t for t in trajectories if t["metadata"].get("eval_item") == "k1"), key=lambda t: t["metadata"]["turn"])
@@ -130,7 +130,7 @@ def test_multiturn_item_and_plan_check_on_the_embedded_model(embedded, tmp_path,
     assert plan["route"] == "plan" and plan["error"] is None and plan["budget"] == 3072
     assert plan["plan_steps"] >= 2 and plan["dependent_steps"] >= 1  # the bridge: s2 waits for s1
     per_turn = report["policies"]["fixed:direct"]["one"]["per_turn"]
-    assert set(per_turn) == {"items", "turn 1", "turn 2", "plan", "plan_dependent"} and per_turn["plan_dependent"] == 1.0
+    assert set(per_turn) == {"items", "turn 1", "turn 2", "plan", "plan_dependent", "mean_score"} and per_turn["plan_dependent"] == 1.0
     trajectories = [json.loads(line) for line in (agentrt_home / "trajectories" / "trajectories.jsonl").read_text().splitlines()]
     assert sorted(str(t["metadata"]["turn"]) for t in trajectories) == ["1", "2", "plan"]
     searched = [s for t in trajectories for s in t["steps"] if s.get("kind") == "tool_call"]
