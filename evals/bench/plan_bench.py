@@ -131,12 +131,15 @@ def efficiency(args: argparse.Namespace, console: Console) -> None:
     opts = PlanOptions(max_steps=2, step_max_tokens=32, search_k=2, passage_chars=120, max_depth=8,
                        synth_max_tokens=32, step_timeout_s=1e6)
 
-    def once(plan: Plan) -> tuple[float, int, int]:
+    def once(plan: Plan) -> tuple[float, int, int, int, int]:
         ctx = RunContext("bench", "g", Budget(100_000), backend, Settings(), callbacks={"searcher": searcher})
-        b0, f0 = backend.stats.batches, backend.stats.forward_passes
+        backend.prefix_cache.clear()  # each mode starts cold: no reuse of the other mode's prompts
+        s = backend.stats
+        f0, p0, c0, pf0, d0 = s.forward_passes, s.prompt_tokens, s.prefix_cached_tokens, s.prefill_s, s.decode_s
         t0 = time.perf_counter()
         asyncio.run(run_plan(ctx, "g", planner=Fixed(plan), options=opts))
-        return time.perf_counter() - t0, ctx.budget.spent, backend.stats.forward_passes - f0
+        return (time.perf_counter() - t0, ctx.budget.spent, s.forward_passes - f0, s.prompt_tokens - p0,
+                s.prefix_cached_tokens - c0, s.prefill_s - pf0, s.decode_s - d0)
 
     from agentrt.types import GenParams, Message
 
@@ -145,10 +148,12 @@ def efficiency(args: argparse.Namespace, console: Console) -> None:
     for name, plan in (("fan-out (8 parallel searchers)", parallel), ("same 8 steps one after another", chain)):
         results[name] = once(plan)
     table = Table(title="8-searcher fan-out vs sequential, transformers batcher (embedded model, CPU)")
-    for col in ("mode", "wall s", "tokens", "forward passes"):
+    for col in ("mode", "wall s", "tokens", "forward passes", "prompt tokens (prefix-cached)", "prefill s",
+                "decode s"):
         table.add_column(col)
-    for name, (wall, tokens, passes) in results.items():
-        table.add_row(name, f"{wall:.1f}", str(tokens), str(passes))
+    for name, (wall, tokens, passes, prompt, cached, prefill_s, decode_s) in results.items():
+        table.add_row(name, f"{wall:.1f}", str(tokens), str(passes), f"{prompt} ({cached})", f"{prefill_s:.1f}",
+                      f"{decode_s:.1f}")
     (pw, *_), (sw, *_) = results.values()
     console.print(table)
     console.print(f"parallel efficiency: {sw / pw:.2f}x (target >= 2.5x)")

@@ -69,6 +69,23 @@ def test_late_request_joins_the_running_batch_and_returns_first(embedded):
     assert long.choices[0].token_ids == alone_long
 
 
+def test_prefix_cache_reuses_the_kv_of_an_earlier_prompt(embedded):
+    """The next step of a conversation prefills only its new tokens, and decodes what generate decodes."""
+    import torch
+
+    first = [Message("system", "You answer questions about geography in one short sentence."), *FRANCE]
+    a = embedded.chat_sync(first, GenParams(max_tokens=16))
+    follow = [*first, Message("assistant", a.text), Message("user", "And what is the capital of Italy?")]
+    cached_before, prompt_before = embedded.stats.prefix_cached_tokens, embedded.stats.prompt_tokens
+    b = embedded.chat_sync(follow, GenParams(max_tokens=16))
+    assert embedded.stats.prompt_tokens - prompt_before == len(b.prompt_token_ids)
+    assert embedded.stats.prefix_cached_tokens - cached_before >= len(a.prompt_token_ids) - 1
+    assert "Rome" in b.text
+    ids = torch.tensor([b.prompt_token_ids])
+    ref = embedded.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+    assert ref[0, ids.shape[1]:].tolist() == b.choices[0].token_ids
+
+
 def test_max_tokens_stop_and_n_with_seed(embedded):
     c = embedded.chat_sync(FRANCE, GenParams(max_tokens=3))
     assert c.finish_reason == "length" and len(c.choices[0].token_ids) == 3

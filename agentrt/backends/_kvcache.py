@@ -1,0 +1,194 @@
+"""KV-cache bookkeeping for the transformers batcher: the running batch and the prefix cache.
+
+Both work on transformers' ``DynamicCache`` whose layers are plain growing ones (``keys``/``values``
+shaped batch x heads x seq x dim). Models with sliding-window layers still decode, but without joining a
+running batch and without prefix reuse (``joinable`` is false for them).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class GrowingLayer(DynamicLayer):
+    """A ``DynamicLayer`` that appends in place into spare capacity instead of concatenating.
+
+    transformers' layer copies the whole cache on every decode step (``torch.cat``); at batch 8 with a few
+    hundred cached tokens that copy is a large part of a CPU step. Here ``keys``/``values`` are views of
+    buffers that double when full. Code that assigns new ``keys``/``values`` (batch selection, merging)
+    is noticed on the next update, which adopts them into fresh buffers.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._kbuf = self._vbuf = self._view = None
+        self._len = 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        if self._view is None or self.keys is not self._view or self._len + n > self._kbuf.shape[-2]:
+            self._adopt(key_states, n)
+        self._kbuf[..., self._len:self._len + n, :] = key_states
+        self._vbuf[..., self._len:self._len + n, :] = value_states
+        self._len += n
+        self.keys = self._view = self._kbuf[..., : self._len, :]
+        self.values = self._vbuf[..., : self._len, :]
+        return self.keys, self.values
+
+    def _adopt(self, template: torch.Tensor, extra: int) -> None:
+        """Fresh buffers holding the current keys/values with room for ``extra`` more tokens and then some."""
+        old = self.keys.shape[-2] if self.keys is not None and self.keys.numel() else 0
+        capacity = old + extra + max(64, old)
+        shape = (*template.shape[:-2], capacity, template.shape[-1])
+        self._kbuf, self._vbuf = template.new_empty(shape), template.new_empty(shape)
+        if old:
+            self._kbuf[..., :old, :] = self.keys
+            self._vbuf[..., :old, :] = self.values
+        self._len = old
+
+
+def new_cache(config: Any) -> Any:
+    """A ``DynamicCache`` for ``config`` whose plain layers grow in place (sliding layers stay as they are)."""
+    past = DynamicCache(config=config)
+    past.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in past.layers]
+    return past
+
+
+def joinable(past: Any) -> bool:
+    """Every cache layer is a plain growing one, so caches can be padded, merged and sliced."""
+    return all(isinstance(layer, DynamicLayer) and not layer.is_sliding for layer in past.layers)
+
+
+def _zeros_like_columns(t: torch.Tensor, n: int) -> torch.Tensor:
+    return t.new_zeros(*t.shape[:-2], n, t.shape[-1])
+
+
+@dataclass(slots=True)
+class Group:
+    """Rows decoding together and their tensors: the next input ids, positions, the attention mask (one
+    column per cached token plus the next one) and the KV cache."""
+
+    rows: list[Any]
+    past: Any
+    step_ids: torch.Tensor
+    step_pos: torch.Tensor
+    mask: torch.Tensor
+
+    @property
+    def joinable(self) -> bool:
+        return joinable(self.past)
+
+    def advance(self, next_ids: torch.Tensor) -> None:
+        """Feed ``next_ids`` on the next forward pass."""
+        self.step_ids = next_ids.unsqueeze(-1)
+        self.step_pos = self.step_pos[:, -1:] + 1
+        self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=torch.long)], dim=-1)
+
+    def select(self, keep: list[int]) -> None:
+        """Keep only rows ``keep``; then drop the leading cache columns no remaining row attends to."""
+        index = torch.tensor(keep, dtype=torch.long)
+        self.past.batch_select_indices(index)
+        self.step_ids, self.step_pos, self.mask = self.step_ids[index], self.step_pos[index], self.mask[index]
+        self.rows = [self.rows[i] for i in keep]
+        first = int(self.mask.any(0).long().argmax())
+        if first > 0 and self.joinable:
+            self.mask = self.mask[:, first:]
+            for layer in self.past.layers:
+                layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
+
+    def merge(self, other: Group) -> Group:
+        """Append ``other``'s rows; the shorter cache is left-padded with masked-out zeros."""
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        for g in (self, other):
+            pad = width - g.mask.shape[1]
+            if pad:
+                g.mask = torch.cat([torch.zeros((len(g.rows), pad), dtype=torch.long), g.mask], dim=-1)
+                for layer in g.past.layers:
+                    layer.keys = torch.cat([_zeros_like_columns(layer.keys, pad), layer.keys], dim=-2)
+                    layer.values = torch.cat([_zeros_like_columns(layer.values, pad), layer.values], dim=-2)
+        for mine, theirs in zip(self.past.layers, other.past.layers):
+            mine.keys = torch.cat([mine.keys, theirs.keys], dim=0)
+            mine.values = torch.cat([mine.values, theirs.values], dim=0)
+        self.rows = self.rows + other.rows
+        self.step_ids = torch.cat([self.step_ids, other.step_ids])
+        self.step_pos = torch.cat([self.step_pos, other.step_pos])
+        self.mask = torch.cat([self.mask, other.mask])
+        return self
+
+
+class PrefixCache:
+    """The KV of recently prefilled prompts, so a prompt that starts like one of them (the same system
+    prompt, the next step of a tool loop, the next turn of a conversation) prefills only what is new.
+
+    Least recently used entries go first once their KV passes ``max_bytes``. Entries are never modified
+    in place: caches built from them grow by concatenation, which makes new tensors.
+    """
+
+    def __init__(self, config: Any, max_bytes: int, min_tokens: int = 16) -> None:
+        self.config = config
+        self.max_bytes = max_bytes
+        self.min_tokens = min_tokens
+        self.enabled = max_bytes > 0
+        self._entries: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
+        self._bytes = 0
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._entries.clear()
+        self._bytes = 0
+
+    def lookup(self, ids: list[int]) -> tuple[int, Any]:
+        """The longest cached prefix of ``ids`` (leaving at least one token to compute) and a fresh
+        ``DynamicCache`` holding it; ``(0, None)`` when nothing long enough matches."""
+        if not self.enabled:
+            return 0, None
+        best, best_key = 0, None
+        for key in self._entries:
+            n = _common_prefix(key, ids)
+            if n > best:
+                best, best_key = n, key
+        best = min(best, len(ids) - 1)
+        if best < self.min_tokens or best_key is None:
+            return 0, None
+        self._entries.move_to_end(best_key)
+        past = new_cache(self.config)
+        for i, (k, v) in enumerate(self._entries[best_key]):
+            past.update(k[..., :best, :], v[..., :best, :], i)
+        return best, past
+
+    def store(self, ids: list[int], past: Any) -> None:
+        """Remember the KV of prompt ``ids`` from a one-row prefill (before any decoding)."""
+        if not self.enabled:
+            return
+        if not joinable(past):
+            self.enabled = False  # sliding-window caches cannot be sliced into prefixes
+            return
+        key = tuple(ids)
+        if key in self._entries or len(ids) < self.min_tokens:
+            return
+        kv = [(layer.keys.clone(), layer.values.clone()) for layer in past.layers]  # not views of live buffers
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+        if size > self.max_bytes:
+            return
+        self._entries[key] = kv
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in old)
+
+
+def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
