@@ -28,7 +28,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise missing_extra(e.name or "torch", "hf") from None
 
-from agentrt.backends._attention import use_gqa_decode
+from agentrt.backends._cpu_speed import pack_lm_head, transpose_linear_storage, use_gqa_decode
 from agentrt.backends._kvcache import Group, PrefixCache, new_cache
 
 
@@ -94,7 +94,8 @@ class HFBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         use_gqa_decode(self.model)
-        _transpose_linear_storage(self.model)
+        transpose_linear_storage(self.model)
+        pack_lm_head(self.model)
         self.context_length = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.vocab_size = int(self.model.config.vocab_size)
         self.supports_thinking = "enable_thinking" in str(self.tokenizer.chat_template or "")
@@ -380,15 +381,6 @@ class HFBackend:
 
             self._grammars = GrammarCache(self.tokenizer, self.vocab_size)
         return self._grammars.matcher(params)
-
-
-def _transpose_linear_storage(model: Any) -> None:
-    """Store every linear weight transposed (same values, same shape to callers): ``x @ W.T`` then reads
-    a contiguous matrix, which makes MKL's sgemm about 2x faster for the 4-16 row products of a batched
-    decode step on a CPU and no slower at 1 row or in prompt passes (evals/bench/batcher.py)."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
-            module.weight.data = module.weight.data.t().contiguous().t()
 
 
 def _settle(future: concurrent.futures.Future, outcome: Any) -> None:

@@ -72,13 +72,16 @@ def _speedup(n: int, answer_max_tokens: int, tmp: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     stats = getattr(agent.policy, "stats", None)
     for workers in (4, 1):
-        before = (stats.requests, stats.batches) if stats else (0, 0)
+        before = (stats.requests, stats.batches, stats.prefill_s + stats.decode_s) if stats else (0, 0, 0.0)
+        if hasattr(agent.policy, "prefix_cache"):
+            agent.policy.prefix_cache.clear()  # each run starts cold: no reuse of the other run's prompts
         t0 = time.perf_counter()
         report = evaluate(EvalConfig(suites=["gsm8k"], routers=["fixed:direct"], budget=1024, limit=n, workers=workers,
                                      out=str(tmp / f"w{workers}")), agent=agent)
         out[f"w{workers}_s"] = time.perf_counter() - t0
         if stats and stats.batches > before[1]:  # did concurrent runs share forward passes?
             out[f"w{workers}_rows_per_batch"] = (stats.requests - before[0]) / (stats.batches - before[1])
+            out[f"w{workers}_model_s"] = stats.prefill_s + stats.decode_s - before[2]
         out[f"w{workers}_acc"] = report["policies"]["fixed:direct"]["gsm8k"]["accuracy"]
     out["speedup"] = out["w1_s"] / out["w4_s"]
     return out
@@ -108,6 +111,10 @@ def main() -> None:
             table.add_row("speed-up workers 4 vs 1", f"{s['speedup']:.2f}x", ">= 2.5x")
             if "w4_rows_per_batch" in s:
                 table.add_row("requests per batch, --workers 4", f"{s['w4_rows_per_batch']:.2f}", "")
+            for w in (1, 4):
+                if f"w{w}_model_s" in s:
+                    table.add_row(f"model forward passes, --workers {w}",
+                                  f"{s[f'w{w}_model_s']:.1f} s ({s[f'w{w}_model_s'] / s[f'w{w}_s']:.0%} of wall)", "")
     Console().print(table)
 
 

@@ -1,7 +1,7 @@
 """Benchmark: the plan route vs direct vs reason on HotpotQA dev, and the plan's parallel efficiency.
 
     .venv/bin/python evals/bench/plan_bench.py [--questions 100] [--budget 6000] [--cache plan_bench.jsonl]
-        [--store DIR --collection NAME] [--pool 300] [--efficiency-only] [--skip-efficiency]
+        [--store DIR --collection NAME] [--pool 300] [--workers 1] [--efficiency-only] [--skip-efficiency]
 
 * Quality table: EM / F1 (SQuAD normalization), tokens per question and wall time per question for each
   route, on the first ``--questions`` HotpotQA dev questions, over a pooled corpus (the paragraphs of the
@@ -68,28 +68,34 @@ def quality(args: argparse.Namespace, console: Console) -> None:
         wf._CORPORA[(resolve_location(agent.settings), corpus.name)] = corpus
     agent.policy  # noqa: B018 - load before timing
     deadline = time.time() + args.max_minutes * 60
-    with cache.open("a") as out:
-        for i, q in enumerate(qs):
-            for route in ROUTES:
-                if (q["_id"], route) in done:
-                    continue
-                if time.time() > deadline:
-                    break
-                t0 = time.perf_counter()
-                r = agent.run(q["question"], budget=args.budget, route=route)
-                row = {"id": q["_id"], "route": route, "type": q.get("type"), "answer": r.answer, "gold": q["answer"],
-                       "em": exact_match(r.answer, q["answer"]), "f1": f1_score(r.answer, q["answer"]),
-                       "tokens": r.usage.total_tokens, "wall_s": round(time.perf_counter() - t0, 2),
-                       "status": r.status, "citations": r.citations}
-                out.write(json.dumps(row) + "\n")
-                out.flush()
-                done[(q["_id"], route)] = row
-                console.print(f"[{i + 1}/{len(qs)}] {route:6s} em={row['em']:.0f} f1={row['f1']:.2f} "
-                              f"tok={row['tokens']} {row['wall_s']}s  {r.answer[:60]!r} (gold {q['answer']!r})")
+    todo = [(i, q, route) for i, q in enumerate(qs) for route in ROUTES if (q["_id"], route) not in done]
+    gate = asyncio.Semaphore(args.workers)
+
+    async def one(i: int, q: dict, route: str, out) -> None:
+        async with gate:
+            if time.time() > deadline:
+                return
+            t0 = time.perf_counter()
+            r = await agent.arun(q["question"], budget=args.budget, route=route)
+        row = {"id": q["_id"], "route": route, "type": q.get("type"), "answer": r.answer, "gold": q["answer"],
+               "em": exact_match(r.answer, q["answer"]), "f1": f1_score(r.answer, q["answer"]),
+               "tokens": r.usage.total_tokens, "wall_s": round(time.perf_counter() - t0, 2),
+               "workers": args.workers, "status": r.status, "citations": r.citations}
+        out.write(json.dumps(row) + "\n")
+        out.flush()
+        done[(q["_id"], route)] = row
+        console.print(f"[{i + 1}/{len(qs)}] {route:6s} em={row['em']:.0f} f1={row['f1']:.2f} "
+                      f"tok={row['tokens']} {row['wall_s']}s  {r.answer[:60]!r} (gold {q['answer']!r})")
+
+    async def run_all() -> None:
+        with cache.open("a") as out:
+            await asyncio.gather(*(one(i, q, route, out) for i, q, route in todo))
+
+    asyncio.run(run_all())
     ids = {q["_id"] for q in qs}
     complete = [i for i in ids if all((i, r) in done for r in ROUTES)]
     table = Table(title=f"HotpotQA dev, {len(complete)} questions x 3 routes (embedded SmolLM2-135M, "
-                        f"budget {args.budget}, corpus {corpus.name}: {corpus.count()} passages)")
+                        f"budget {args.budget}, corpus {corpus.name}: {corpus.count()} passages, {args.workers} in flight)")
     for col in ("route", "EM", "F1", "tokens / question", "wall s / question", "truncated"):
         table.add_column(col)
     for route in ROUTES:
@@ -169,6 +175,8 @@ def main() -> None:
     ap.add_argument("--store", help="an existing memory store (folder or URL) holding --collection")
     ap.add_argument("--collection", default="hotpotqa")
     ap.add_argument("--pool", type=int, default=300, help="pool the paragraphs of the first N questions")
+    ap.add_argument("--workers", type=int, default=1, help="questions in flight at once (they share the batcher; "
+                    "wall s / question then includes waiting for the others)")
     ap.add_argument("--max-minutes", type=float, default=1e9, help="stop starting new questions after this")
     ap.add_argument("--efficiency-only", action="store_true")
     ap.add_argument("--skip-efficiency", action="store_true")

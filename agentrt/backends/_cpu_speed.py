@@ -1,0 +1,81 @@
+"""CPU decode speed-ups for the transformers batcher, each measured by evals/bench/batcher.py.
+
+* Grouped-query attention for one-token decode steps without copying the KV cache. transformers' SDPA path repeats every key/value head ``num_key_value_groups`` times whenever an
+attention mask is present (always, in a left-padded batch). At batch 8 with ~700 cached tokens that
+copy moves hundreds of MB per step on SmolLM2 and dominates the step on a CPU. For a single query token
+the query heads that share a KV head can instead be laid out as that head's query rows: the same
+  attention, no copy. Prompt passes (several query tokens) take transformers' own path.
+* Linear weights stored transposed (same values and shape to callers): ``x @ W.T`` then reads a contiguous
+  matrix, which makes MKL's sgemm about 2x faster for the 4-16 row products of a batched decode step and
+  no slower at 1 row or in prompt passes.
+* The LM head (the largest single matrix: vocabulary x hidden) through a oneDNN-packed weight when a step
+  has several rows: ~1.5x faster at 4-8 rows; one row keeps the plain product, which is faster there.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+NAME = "agentrt_sdpa_gqa"
+
+
+def sdpa_gqa_decode(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                    **kwargs: Any) -> tuple[torch.Tensor, None]:
+    groups = getattr(module, "num_key_value_groups", 1)
+    batch, heads, q_len, dim = query.shape
+    if groups == 1 or q_len != 1 or dropout:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    # Query head h uses KV head h // groups (transformers' repeat_kv order), so (heads, 1) -> (kv heads, groups).
+    grouped = query.reshape(batch, key.shape[1], groups, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def use_gqa_decode(model: Any) -> None:
+    """Switch ``model`` to the copy-free decode attention (models that use transformers' SDPA path)."""
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return
+    AttentionInterface.register(NAME, sdpa_gqa_decode)
+    AttentionMaskInterface.register(NAME, sdpa_mask)
+    model.set_attn_implementation(NAME)
+
+
+def transpose_linear_storage(model: Any) -> None:
+    """Store every linear weight transposed in memory (values and shape unchanged)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.weight.data = module.weight.data.t().contiguous().t()
+
+
+def pack_lm_head(model: Any, rows_hint: int = 8) -> None:
+    """Route multi-row LM-head products through a oneDNN-packed copy of its weight, when oneDNN has it."""
+    head = getattr(model, "lm_head", None)
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None or not torch.backends.mkldnn.is_available():
+        return
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(head.weight.detach(), rows_hint)
+        probe = torch.randn(2, head.in_features)
+        if not torch.allclose(torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], ""),
+                              torch.nn.functional.linear(probe, head.weight), atol=1e-3, rtol=1e-4):
+            return
+    except (RuntimeError, AttributeError) as e:  # a torch build without these private ops: keep the plain head
+        logging.getLogger(__name__).debug("LM head not packed: %s", e)
+        return
+    weight = head.weight
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if rows < 2 or torch.is_grad_enabled():
+            return torch.nn.functional.linear(x, weight)
+        out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, -1), packed, None, "none", [], "")
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    head.forward = forward
