@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,10 @@ class Repl:
         self.history_file = agent.settings.home / "chat_history"
 
     def run(self) -> int:
+        if sys.stdin.isatty():
+            # Started from a non-interactive shell's background job, the process inherits SIGINT ignored and
+            # Python then never raises KeyboardInterrupt; at a terminal, Ctrl-C must cancel the turn.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         self._history()
         self.console.print(f"[bold]agentrt chat[/] on {self.agent.settings.policy} — /help for commands, Ctrl-D to leave")
         while True:

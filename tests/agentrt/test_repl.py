@@ -61,14 +61,10 @@ def test_chat_in_a_real_terminal(agentrt_home: Path, tmp_path: Path):
         child.expect_exact(PROMPT)
         child.sendline("/budget 1500")
         child.expect_exact(PROMPT)
-        for attempt in range(2):  # under heavy load a Ctrl-C can land before the turn listens; ask again once
-            child.sendline("Explain step by step why the sky is blue, in detail.")
-            child.expect_exact("think")  # the thinking call has started
-            child.sendintr()
-            if child.expect_exact(["cancelled", "status=ok", "status=truncated"]) == 0:
-                break
-            assert attempt == 0, "Ctrl-C did not cancel the running turn"
-            child.expect_exact(PROMPT)
+        child.sendline("Explain step by step why the sky is blue, in detail.")
+        child.expect_exact("think")  # the thinking call has started
+        child.sendintr()
+        child.expect_exact("cancelled")
         child.expect_exact(PROMPT)
         child.sendline("/reset")
         child.expect_exact("conversation reset")
