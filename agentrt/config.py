@@ -33,6 +33,9 @@ class Settings(BaseModel):
     policy: str = "hf:embedded"
     planner: str | None = None
     torch_threads: int = Field(default_factory=lambda: int(os.environ.get("AGENTRT_TORCH_THREADS", "1")), ge=1)
+    # Threads for the hf batcher's wide passes (prompts, several rows); 0 = torch_threads. One-row decode
+    # steps are memory-bound and gain nothing from more threads; wide passes do, on cores of your own.
+    torch_wide_threads: int = Field(default_factory=lambda: int(os.environ.get("AGENTRT_TORCH_WIDE_THREADS", "0")), ge=0)
     budget: int = Field(default=DEFAULT_BUDGET, ge=1)
     thinking_cap: int = Field(default=256, ge=0)
     answer_max_tokens: int = Field(default=128, ge=1)

@@ -79,6 +79,7 @@ class HFBackend:
         *,
         name: str | None = None,
         threads: int | None = None,
+        wide_threads: int | None = None,
         max_batch: int = 16,
         batch_window_ms: float = 10.0,
         prefix_cache_mb: int = 512,
@@ -87,8 +88,11 @@ class HFBackend:
         if not (path / "config.json").is_file():
             raise ConfigError(f"{path} is not a Hugging Face model folder (no config.json)")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        # One thread is as fast at batch 1 and much better when the cores are shared (FACTS.md).
-        torch.set_num_threads(threads or int(os.environ.get("AGENTRT_TORCH_THREADS", "1")))
+        # One thread is as fast at batch 1 and much better when the cores are shared (FACTS.md); wide
+        # passes (prompts, several rows) may use more (``wide_threads``) on cores of your own.
+        self._threads = threads or int(os.environ.get("AGENTRT_TORCH_THREADS", "1"))
+        self._wide_threads = wide_threads or int(os.environ.get("AGENTRT_TORCH_WIDE_THREADS", "0")) or self._threads
+        torch.set_num_threads(self._threads)
         self.path = path
         self.name = name or path.name
         self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -231,6 +235,7 @@ class HFBackend:
                 group = joined if group is None else (group.merge(joined) if joined is not None else group)
                 group = self._drop_finished(group)
             if group is not None:
+                self._use_threads(wide=len(group.rows) > 1)
                 t0 = time.perf_counter()
                 out = self.model(input_ids=group.step_ids, attention_mask=group.mask, position_ids=group.step_pos,
                                  past_key_values=group.past, use_cache=True)
@@ -276,6 +281,7 @@ class HFBackend:
         self.stats.prefix_cached_tokens += cached
         positions = torch.arange(cached, len(ids), dtype=torch.long).unsqueeze(0)
         mask = torch.ones((1, len(ids)), dtype=torch.long)
+        self._use_threads(wide=len(ids) - cached > 1)
         t0 = time.perf_counter()
         out = self.model(input_ids=torch.tensor([ids[cached:]], dtype=torch.long), attention_mask=mask,
                          position_ids=positions, past_key_values=past, use_cache=True, logits_to_keep=1)
@@ -291,6 +297,11 @@ class HFBackend:
         group = Group(rows, past, positions, positions.expand(len(rows), -1), mask.expand(len(rows), -1))  # ids: set below
         group.advance(self._advance(rows, logits))
         return group
+
+    def _use_threads(self, *, wide: bool) -> None:
+        n = self._wide_threads if wide else self._threads
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
 
     def _advance(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
         """Pick every row's next token, record it with its log-prob, and mark the rows that finish."""
@@ -424,8 +435,9 @@ def from_spec(arg: str, settings: Any) -> HFBackend:
                 file=sys.stderr,
             ),
         )
-        return HFBackend(path, name=EMBEDDED_NAME, threads=settings.torch_threads)
+        return HFBackend(path, name=EMBEDDED_NAME, threads=settings.torch_threads,
+                         wide_threads=settings.torch_wide_threads)
     path = Path(arg).expanduser()
     if not path.is_dir():
         raise ConfigError(f"hf:{arg}: no such model folder; give a local Hugging Face folder or hf:embedded")
-    return HFBackend(path, threads=settings.torch_threads)
+    return HFBackend(path, threads=settings.torch_threads, wide_threads=settings.torch_wide_threads)

@@ -115,6 +115,8 @@ def main() -> None:
                 if f"w{w}_model_s" in s:
                     table.add_row(f"model forward passes, --workers {w}",
                                   f"{s[f'w{w}_model_s']:.1f} s ({s[f'w{w}_model_s'] / s[f'w{w}_s']:.0%} of wall)", "")
+    threads = os.environ.get("AGENTRT_TORCH_THREADS", "1"), os.environ.get("AGENTRT_TORCH_WIDE_THREADS", "0")
+    table.add_row("torch threads (AGENTRT_TORCH_THREADS / _WIDE_THREADS)", f"{threads[0]} / {threads[1]}", "")
     Console().print(table)
 
 

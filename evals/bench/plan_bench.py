@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -158,8 +159,9 @@ def efficiency(args: argparse.Namespace, console: Console) -> None:
         for name, plan in modes:
             runs[name].append(once(plan))
         ratios.append(runs[modes[1][0]][-1][0] / runs[modes[0][0]][-1][0])
-    table = Table(title=f"8-searcher fan-out vs sequential, transformers batcher (embedded model, CPU), "
-                        f"median of {args.repeat}")
+    threads = os.environ.get("AGENTRT_TORCH_THREADS", "1"), os.environ.get("AGENTRT_TORCH_WIDE_THREADS", "0")
+    table = Table(title=f"8-searcher fan-out vs sequential, transformers batcher (embedded model, CPU, torch "
+                        f"threads {threads[0]} / wide {threads[1]}), median of {args.repeat}")
     for col in ("mode", "wall s", "tokens", "forward passes", "prompt tokens (prefix-cached)", "prefill s",
                 "decode s"):
         table.add_column(col)
