@@ -29,7 +29,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise missing_extra(e.name or "torch", "hf") from None
 
 from agentrt.backends._cpu_speed import pack_lm_head, transpose_linear_storage, use_gqa_decode
-from agentrt.backends._kvcache import Group, PrefixCache, new_cache
+from agentrt.backends._kvcache import Group, PrefixCache, joinable, new_cache
 
 
 @dataclass(slots=True)
@@ -111,7 +111,8 @@ class HFBackend:
         self._grammars = None  # built on first structured request (xgrammar)
         self._queue: queue.Queue[_Request | None] = queue.Queue()
         self._inflight: list[_Request] = []  # owned by the batcher thread
-        self.prefix_cache = PrefixCache(self.model.config, prefix_cache_mb * 2**20)
+        self._mergeable = joinable(new_cache(self.model.config))  # no sliding-window layers
+        self.prefix_cache = PrefixCache(self.model.config, prefix_cache_mb * 2**20 if self._mergeable else 0)
         self._closing = False
         self._thread = threading.Thread(target=self._serve, name=f"agentrt-batcher-{self.name}", daemon=True)
         self._thread.start()
@@ -232,7 +233,8 @@ class HFBackend:
                 if group is not None:
                     self.stats.joined += len(batch)
                 joined = self._prefill(batch)
-                group = joined if group is None else (group.merge(joined) if joined is not None else group)
+                if joined is not None:
+                    group = joined if group is None else group.merge(joined)
                 group = self._drop_finished(group)
             if group is not None:
                 self._use_threads(wide=len(group.rows) > 1)
@@ -249,7 +251,9 @@ class HFBackend:
             self.stats.max_batch_rows = max(self.stats.max_batch_rows, size + sum(r.params.n for r in batch))
 
     def _prefill(self, batch: list[_Request]) -> Group | None:
-        """Start ``batch``: one left-padded forward pass over the prompts picks each row's first token."""
+        """Start ``batch``: each prompt's pass (only what the prefix cache lacks) picks its rows' first
+        tokens, and the prompts' groups merge into one; models whose cache cannot merge take one
+        left-padded pass over all the prompts instead."""
         rows: list[_Row] = []
         for req in batch:
             for i in range(req.params.n):
@@ -265,12 +269,36 @@ class HFBackend:
             self._inflight.append(req)
         self.stats.requests += len(batch)
         self.stats.rows += len(rows)
+        if not self._mergeable:
+            return self._prefill_padded([r for r in rows if r.finish is None])
         groups = [self._prefill_one(req) for req in batch if any(r.finish is None for r in req.rows)]
         if not groups:
             return None
         for g in groups[1:]:
             groups[0].merge(g)
         return groups[0]
+
+    def _prefill_padded(self, rows: list[_Row]) -> Group | None:
+        """One left-padded pass over every row's prompt (sliding-window caches cannot be merged later)."""
+        if not rows:
+            return None
+        prompts = [r.request.prompt_ids for r in rows]
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        self._use_threads(wide=True)
+        t0 = time.perf_counter()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        self.stats.prefill_s += time.perf_counter() - t0
+        self.stats.forward_passes += 1
+        group = Group(rows, out.past_key_values, ids, positions, mask)
+        group.advance(self._advance(rows, out.logits[:, -1, :].float()))
+        return group
 
     def _prefill_one(self, req: _Request) -> Group:
         """Prefill one prompt (only what the prefix cache does not hold) and pick its rows' first tokens."""
@@ -294,7 +322,7 @@ class HFBackend:
         if len(rows) > 1:  # n choices share the prompt's KV
             past.batch_repeat_interleave(len(rows))
             logits = logits.expand(len(rows), -1)
-        group = Group(rows, past, positions, positions.expand(len(rows), -1), mask.expand(len(rows), -1))  # ids: set below
+        group = Group(rows, past, positions, positions.expand(len(rows), -1), mask.expand(len(rows), -1))
         group.advance(self._advance(rows, logits))
         return group
 

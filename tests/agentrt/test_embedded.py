@@ -69,6 +69,22 @@ def test_late_request_joins_the_running_batch_and_returns_first(embedded):
     assert long.choices[0].token_ids == alone_long
 
 
+def test_models_whose_cache_cannot_merge_prefill_in_one_padded_pass(embedded, monkeypatch):
+    """The path for sliding-window caches: one left-padded prompt pass, the same tokens as alone."""
+    questions = [[Message("user", f"Name a famous {x}.")] for x in ("river", "mountain painter", "city")]
+    params = GenParams(max_tokens=8)
+    alone = [embedded.chat_sync(q, params).choices[0].token_ids for q in questions]
+    monkeypatch.setattr(embedded, "_mergeable", False)
+    passes = embedded.stats.forward_passes
+
+    async def together():
+        return await asyncio.gather(*(embedded.chat(q, params) for q in questions))
+
+    results = asyncio.run(together())
+    assert [r.choices[0].token_ids for r in results] == alone
+    assert embedded.stats.forward_passes - passes <= 8  # one prompt pass for all three, then shared steps
+
+
 def test_prefix_cache_reuses_the_kv_of_an_earlier_prompt(embedded):
     """The next step of a conversation prefills only its new tokens, and decodes what generate decodes."""
     import torch
