@@ -128,7 +128,9 @@ class PrefixCache:
     """The KV of recently prefilled prompts, so a prompt that starts like one of them (the same system
     prompt, the next step of a tool loop, the next turn of a conversation) prefills only what is new.
 
-    Least recently used entries go first once their KV passes ``max_bytes``. Entries are never modified
+    Only for caches that ``joinable`` accepts (sliding-window layers cannot be sliced into prefixes; the
+    backend passes ``max_bytes=0`` for those). Least recently used entries go first once their KV passes
+    ``max_bytes``. Entries are never modified
     in place: caches built from them grow by concatenation, which makes new tensors.
     """
 
@@ -167,9 +169,6 @@ class PrefixCache:
     def store(self, ids: list[int], past: Any) -> None:
         """Remember the KV of prompt ``ids`` from a one-row prefill (before any decoding)."""
         if not self.enabled:
-            return
-        if not joinable(past):
-            self.enabled = False  # sliding-window caches cannot be sliced into prefixes
             return
         key = tuple(ids)
         if key in self._entries or len(ids) < self.min_tokens:

@@ -90,9 +90,9 @@ class HFBackend:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         # One thread is as fast at batch 1 and much better when the cores are shared (FACTS.md); wide
         # passes (prompts, several rows) may use more (``wide_threads``) on cores of your own.
-        self._threads = threads or int(os.environ.get("AGENTRT_TORCH_THREADS", "1"))
-        self._wide_threads = wide_threads or int(os.environ.get("AGENTRT_TORCH_WIDE_THREADS", "0")) or self._threads
-        torch.set_num_threads(self._threads)
+        self.threads = threads or int(os.environ.get("AGENTRT_TORCH_THREADS", "1"))
+        self.wide_threads = wide_threads or int(os.environ.get("AGENTRT_TORCH_WIDE_THREADS", "0")) or self.threads
+        torch.set_num_threads(self.threads)
         self.path = path
         self.name = name or path.name
         self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -247,7 +247,7 @@ class HFBackend:
                 group.advance(self._advance(group.rows, out.logits[:, -1, :].float()))
                 group = self._drop_finished(group)
             size = len(group.rows) if group is not None else 0
-            batch = self._take(size, wait=False) if group is None or group.joinable else []
+            batch = self._take(size, wait=False) if group is None or self._mergeable else []
             self.stats.max_batch_rows = max(self.stats.max_batch_rows, size + sum(r.params.n for r in batch))
 
     def _prefill(self, batch: list[_Request]) -> Group | None:
@@ -309,9 +309,10 @@ class HFBackend:
         self.stats.prefix_cached_tokens += cached
         positions = torch.arange(cached, len(ids), dtype=torch.long).unsqueeze(0)
         mask = torch.ones((1, len(ids)), dtype=torch.long)
-        self._use_threads(wide=len(ids) - cached > 1)
+        new_ids = torch.tensor([ids[cached:]], dtype=torch.long)
+        self._use_threads(wide=new_ids.shape[1] > 1)
         t0 = time.perf_counter()
-        out = self.model(input_ids=torch.tensor([ids[cached:]], dtype=torch.long), attention_mask=mask,
+        out = self.model(input_ids=new_ids, attention_mask=mask,
                          position_ids=positions, past_key_values=past, use_cache=True, logits_to_keep=1)
         self.stats.prefill_s += time.perf_counter() - t0
         self.stats.forward_passes += 1
@@ -322,12 +323,12 @@ class HFBackend:
         if len(rows) > 1:  # n choices share the prompt's KV
             past.batch_repeat_interleave(len(rows))
             logits = logits.expand(len(rows), -1)
-        group = Group(rows, past, positions, positions.expand(len(rows), -1), mask.expand(len(rows), -1))
+        group = Group(rows, past, new_ids, positions.expand(len(rows), -1), mask.expand(len(rows), -1))
         group.advance(self._advance(rows, logits))
         return group
 
     def _use_threads(self, *, wide: bool) -> None:
-        n = self._wide_threads if wide else self._threads
+        n = self.wide_threads if wide else self.threads
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
 

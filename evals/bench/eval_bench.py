@@ -82,6 +82,7 @@ def _speedup(n: int, answer_max_tokens: int, tmp: Path) -> dict[str, float]:
         if stats and stats.batches > before[1]:  # did concurrent runs share forward passes?
             out[f"w{workers}_rows_per_batch"] = (stats.requests - before[0]) / (stats.batches - before[1])
             out[f"w{workers}_model_s"] = stats.prefill_s + stats.decode_s - before[2]
+        out["threads"] = f"{getattr(agent.policy, 'threads', '-')} / {getattr(agent.policy, 'wide_threads', '-')}"
         out[f"w{workers}_acc"] = report["policies"]["fixed:direct"]["gsm8k"]["accuracy"]
     out["speedup"] = out["w1_s"] / out["w4_s"]
     return out
@@ -111,12 +112,11 @@ def main() -> None:
             table.add_row("speed-up workers 4 vs 1", f"{s['speedup']:.2f}x", ">= 2.5x")
             if "w4_rows_per_batch" in s:
                 table.add_row("requests per batch, --workers 4", f"{s['w4_rows_per_batch']:.2f}", "")
+            table.add_row("torch threads: one-row steps / wide passes", s["threads"], "")
             for w in (1, 4):
                 if f"w{w}_model_s" in s:
                     table.add_row(f"model forward passes, --workers {w}",
                                   f"{s[f'w{w}_model_s']:.1f} s ({s[f'w{w}_model_s'] / s[f'w{w}_s']:.0%} of wall)", "")
-    threads = os.environ.get("AGENTRT_TORCH_THREADS", "1"), os.environ.get("AGENTRT_TORCH_WIDE_THREADS", "0")
-    table.add_row("torch threads (AGENTRT_TORCH_THREADS / _WIDE_THREADS)", f"{threads[0]} / {threads[1]}", "")
     Console().print(table)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
@@ -159,9 +158,8 @@ def efficiency(args: argparse.Namespace, console: Console) -> None:
         for name, plan in modes:
             runs[name].append(once(plan))
         ratios.append(runs[modes[1][0]][-1][0] / runs[modes[0][0]][-1][0])
-    threads = os.environ.get("AGENTRT_TORCH_THREADS", "1"), os.environ.get("AGENTRT_TORCH_WIDE_THREADS", "0")
     table = Table(title=f"8-searcher fan-out vs sequential, transformers batcher (embedded model, CPU, torch "
-                        f"threads {threads[0]} / wide {threads[1]}), median of {args.repeat}")
+                        f"threads {backend.threads} / wide {backend.wide_threads}), median of {args.repeat}")
     for col in ("mode", "wall s", "tokens", "forward passes", "prompt tokens (prefix-cached)", "prefill s",
                 "decode s"):
         table.add_column(col)
