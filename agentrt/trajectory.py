@@ -150,6 +150,7 @@ class RewardBreakdown(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     score: float
+    correct: bool | None = None  # the verifier's pass/fail verdict (score is partial credit), when it gives one
     components: dict[str, float] = {}
     penalties: dict[str, float] = {}
     reason: str = ""

@@ -94,7 +94,8 @@ class _Capture:
             record.task = TaskInfo(data_source="agentrt-eval", ability=item.type, ground_truth=_jsonable(item.ground_truth()),
                                    verifier=item.verifier, prompt_id=item.id)
             record.reward = scored.score
-            record.rewards = {**record.rewards, "eval": RewardBreakdown(score=scored.score, reason=scored.reason,
+            record.rewards = {**record.rewards, "eval": RewardBreakdown(score=scored.score, correct=scored.correct,
+                                                                         reason=scored.reason,
                                                                          verifier=item.verifier)}
         if record.question in self.metadata:
             record.metadata = {**record.metadata, **self.metadata[record.question]}

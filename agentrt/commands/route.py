@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--trajectories", nargs="+", required=True, help="trajectory JSONL files or folders")
     t.add_argument("--out", required=True, help="where to write the router file (JSON)")
     t.add_argument("--lambda", dest="lam", type=float, default=0.3)
-    t.add_argument("--holdout", type=float, default=0.5, help="share of questions held out for calibration")
+    t.add_argument("--folds", type=int, default=5,
+                   help="cross-fitting folds (by question) for choosing regularization and calibration, and the report")
     t.add_argument("--seed", type=int, default=0)
     t.set_defaults(func=cmd_train)
 
@@ -88,6 +89,11 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    import os
+
+    # numpy's OpenBLAS starts a spinning thread per core; next to a busy model on a shared 2-core
+    # machine that made these small solves ~100x slower. One thread is as fast at this size.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from agentrt.errors import InputError
     from agentrt.routing.train import train_router
 
@@ -97,11 +103,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not path.exists():
             raise InputError(f"no trajectory file or folder at {path}")
         paths += sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-    model = train_router(paths, lam=args.lam, holdout=args.holdout, seed=args.seed)
+    if args.folds < 2:
+        raise InputError("--folds must be at least 2")
+    model = train_router(paths, lam=args.lam, folds=args.folds, seed=args.seed)
     model.save(args.out)
     m = model.metrics or {}
     print(f"router written to {args.out}")
-    print(f"held-out: ECE {m['ece']:.4f}  Brier {m['brier']:.4f}  policy value IPS {m['policy_value_ips']:.4f} "
-          f"DR {m['policy_value_dr']:.4f} (logged policy {m['logged_policy_value']:.4f})  "
-          f"examples train {m['train_examples']} / held-out {m['heldout_examples']}  choices {m['chosen_actions']}")
+    print(f"out-of-fold ({m['folds']} folds): ECE {m['ece']:.4f}  Brier {m['brier']:.4f}  "
+          f"policy value IPS {m['policy_value_ips']:.4f} DR {m['policy_value_dr']:.4f} "
+          f"(logged policy {m['logged_policy_value']:.4f})  runs {m['examples']} on {m['questions']} questions  "
+          f"choices {m['chosen_actions']}  temperature {m['temperature']}")
     return 0

@@ -21,12 +21,13 @@ _MULTI_HOP = re.compile(
     r"|\bwho (?:directed|wrote|founded) the\b|,\s*\w+ or \w+", re.I)
 _MULTI_STEP = re.compile(r"\bstep by step\b|\bwhy\b|\bexplain\b|\bprove\b|\bderive\b", re.I)
 _INSTRUCTION = re.compile(r"\bwrite\b|\bat least \d+|\bat most \d+|\bwords?\b|\bparagraphs?\b|\bbullet", re.I)
+_YES_NO = re.compile(r"^\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.I)
 _AMBIGUOUS = re.compile(r"^\s*(?:what about|and|how about|it|this|that|they)\b|\b(?:it|this|that)\?\s*$", re.I)
 _UNKNOWABLE = re.compile(r"\b(?:tomorrow|next (?:year|week|month)|will .* win|lottery|my (?:password|name|age))\b", re.I)
 
 NUMERIC_FEATURES = (
     "log_chars", "words", "numbers", "arithmetic", "code", "multi_hop", "multi_step", "instruction",
-    "ambiguous", "unknowable", "question_mark", "coverage", "past_success", "past_runs", "turn",
+    "ambiguous", "unknowable", "question_mark", "yes_no", "coverage", "past_success", "past_runs", "turn",
 )
 HASH_DIM = 128
 
@@ -47,6 +48,7 @@ def extract(question: str, *, coverage: Callable[[str], float] | None = None,
         "ambiguous": float(len(words) <= 2 or bool(_AMBIGUOUS.search(question))),
         "unknowable": float(bool(_UNKNOWABLE.search(question))),
         "question_mark": float(question.strip().endswith("?")),
+        "yes_no": float(bool(_YES_NO.search(question))),
         "coverage": float(coverage(question)) if coverage else 0.0,
         "past_success": 0.0,
         "past_runs": 0.0,

@@ -43,13 +43,18 @@ class RouterModel:
     lam: float = 0.3
     metrics: dict[str, Any] | None = None
 
+    def logits(self, x: list[float]) -> dict[str, float]:
+        """Uncalibrated success logits per action for one input vector."""
+        z = [(xi - m) / s for xi, m, s in zip(x, self.mean, self.std)]
+        return {a: sum(wi * zi for wi, zi in zip(m.w, z)) + m.b for a, m in self.actions.items()}
+
     def predict(self, x: list[float]) -> tuple[dict[str, float], dict[str, float]]:
-        """p_success and expected tokens per action for one input vector."""
+        """p_success (calibrated) and expected tokens per action for one input vector."""
         z = [(xi - m) / s for xi, m, s in zip(x, self.mean, self.std)]
         p, tokens = {}, {}
-        for a, m in self.actions.items():
-            logit = (sum(wi * zi for wi, zi in zip(m.w, z)) + m.b) / self.temperature
-            p[a] = 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, logit))))
+        for a, logit in self.logits(x).items():
+            p[a] = 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, logit / self.temperature))))
+            m = self.actions[a]
             tokens[a] = math.exp(min(12.0, sum(wi * zi for wi, zi in zip(m.tok_w, z)) + m.tok_b))
         return p, tokens
 

@@ -1,6 +1,7 @@
 """Benchmark: every router's accuracy, tokens and calibration on a mixed dev suite (issue 7).
 
-    .venv/bin/python evals/bench/router_bench.py [--per-suite 100] [--actions direct,reason] [--folds 2] [--out DIR]
+    .venv/bin/python evals/bench/router_bench.py [--per-suite 200] [--actions direct,reason] [--folds 2]
+        [--lambda 0.3,0.1,0.05] [--split-seeds 1,2,3,4,5] [--out DIR]
 
 1. Collect: every fixed action on every question, with the embedded model, resumably: each finished
    (question, action) is appended to DIR/runs.jsonl and never redone (a killed run resumes).
@@ -9,7 +10,8 @@
    is fit on the other folds' rewarded runs, so every question is scored by a router that never saw it.
 3. Evaluate on all questions: fixed actions, rules, cascade, learned and the oracle, counterfactually
    from the exhaustive cache (each router's chosen action is looked up, so every router sees the same runs).
-Prints one table: accuracy, tokens per item, ECE of p_success, decision overhead p50.
+Prints one table: accuracy, tokens per item, ECE of p_success (against the verifier's pass/fail verdict),
+decision overhead p50; the learned router at each token price lambda; and where its accuracy comes from, per suite.
 Acceptance (issue 7): learned >= best fixed accuracy with <= 60% of its tokens; ECE <= 0.05; overhead p50 <= 5 ms.
 """
 
@@ -49,7 +51,7 @@ def load_items(per_suite: int, seed: int) -> list:
 
 async def collect(items, actions, out: Path, budget: int, workers: int) -> dict:
     from agentrt import Agent
-    from agentrt.trajectory import find_record
+    from agentrt.trajectory import RewardBreakdown, find_record
     from evals.verifiers import score_item
 
     runs_path, rewarded_path = out / "runs.jsonl", out / "rewarded.jsonl"
@@ -73,7 +75,8 @@ async def collect(items, actions, out: Path, budget: int, workers: int) -> dict:
         row = {"id": item.id, "action": action, "question": item.question, "answer": res.answer,
                "score": scored.score, "correct": scored.correct, "tokens": res.usage.total_tokens,
                "confidence": sum(lps) / len(lps) if lps else None}
-        rewarded = rec.model_copy(update={"reward": max(0.0, scored.score)})
+        verdict = RewardBreakdown(score=scored.score, correct=scored.correct, verifier=item.verifier)
+        rewarded = rec.model_copy(update={"reward": max(0.0, scored.score), "rewards": {"eval": verdict}})
         with open(rewarded_path, "a") as f:
             f.write(rewarded.model_dump_json() + "\n")
         with open(runs_path, "a") as f:
@@ -87,13 +90,20 @@ async def collect(items, actions, out: Path, budget: int, workers: int) -> dict:
     return done
 
 
-def _train_fold(items, train_ids: set, out: Path, lam: float, fold: int):
+def _train_fold(items, runs: dict, train_ids: set, out: Path, lam: float, fold: int):
     """The learned router fit on the rewarded runs of ``train_ids`` only."""
     from agentrt.routing.train import train_router
 
-    train_q = {it.question for it in items if it.id in train_ids}
-    lines = [ln for ln in (out / "rewarded.jsonl").read_text().splitlines()
-             if ln.strip() and json.loads(ln)["question"] in train_q]
+    id_of = {it.question: it.id for it in items if it.id in train_ids}
+    lines = []
+    for ln in (out / "rewarded.jsonl").read_text().splitlines():
+        rec = json.loads(ln) if ln.strip() else None
+        if rec is None or rec["question"] not in id_of:
+            continue
+        if "eval" not in rec.get("rewards", {}):  # cached before verdicts were recorded: add it from runs.jsonl
+            run = runs[(id_of[rec["question"]], rec["route"])]
+            rec["rewards"] = {"eval": {"score": run["score"], "correct": bool(run["correct"])}}
+        lines.append(json.dumps(rec))
     train_file = out / f"rewarded-train-fold{fold}.jsonl"
     train_file.write_text("\n".join(lines) + "\n")
     model = train_router([train_file], lam=lam)
@@ -101,34 +111,40 @@ def _train_fold(items, train_ids: set, out: Path, lam: float, fold: int):
     return model
 
 
-def evaluate(items, actions, runs, out: Path, budget: int, lam: float, folds: int) -> tuple[list[tuple], int, list]:
+def evaluate(items, actions, runs, out: Path, budget: int, lams: list[float], folds: int,
+             seed: int = 1) -> tuple[list[tuple], dict, list]:
     """K-fold cross-fitting: every question is scored by a learned router that never saw it, and the
-    held-out predictions of all folds are pooled (one random split's base rate would sway ECE)."""
+    held-out predictions of all folds are pooled (one random split's base rate would sway ECE).
+    The learned router is scored at each lambda in ``lams`` (the first one is also the other routers')."""
     from agentrt.config import Settings
     from agentrt.routing import extract, make_router
     from agentrt.routing.train import calibration
 
     questions = sorted({it.id for it in items})
-    random.Random(1).shuffle(questions)
+    random.Random(seed).shuffle(questions)
     fold_of = {q: i % folds for i, q in enumerate(questions)}
-    settings = Settings(home=out / "home", router_lambda=lam)
-    per_fold = {}
+    settings = {lam: Settings(home=out / "home", router_lambda=lam) for lam in lams}
+    per_fold, metrics = {}, []
     for k in range(folds):
-        model = _train_fold(items, {q for q in questions if fold_of[q] != k}, out, lam, k)
-        per_fold[k] = (make_router(f"learned:{out / f'router-fold{k}.json'}", settings), model.metrics)
-    routers = {f"fixed:{a}": make_router(f"fixed:{a}", settings) for a in actions}
-    routers["rules"] = make_router("rules", settings)
-    routers["cascade"] = make_router("cascade", settings)
-    routers["learned"] = None  # the fold's own router, below
-    rows = []
+        model = _train_fold(items, runs, {q for q in questions if fold_of[q] != k}, out, lams[0], k)
+        metrics.append(model.metrics)
+        for lam in lams:
+            per_fold[(k, lam)] = make_router(f"learned:{out / f'router-fold{k}.json'}", settings[lam])
+    routers = {f"fixed:{a}": make_router(f"fixed:{a}", settings[lams[0]]) for a in actions}
+    routers["rules"] = make_router("rules", settings[lams[0]])
+    routers["cascade"] = make_router("cascade", settings[lams[0]])
+    for lam in lams:
+        routers[f"learned (lambda {lam})"] = lam  # the fold's own router, below
+    rows, picks = [], {}
     for name, router in routers.items():
         correct, tokens, probs, outcomes, overhead = [], [], [], [], []
         for it in items:
-            r = router if router is not None else per_fold[fold_of[it.id]][0]
+            r = per_fold[(fold_of[it.id], router)] if isinstance(router, float) else router
             t = time.perf_counter()
             d = asyncio.run(r.decide(it.question, extract(it.question), budget))
             overhead.append((time.perf_counter() - t) * 1000)
             action = d.action if d.action in actions else None
+            picks[(name, it.id)] = (d.action, d.p_success.get(d.action))
             if action is None:  # ask / abstain: no answer to score on these suites
                 correct.append(0.0)
                 tokens.append(0 if d.action == "abstain" else 60)
@@ -137,7 +153,7 @@ def evaluate(items, actions, runs, out: Path, budget: int, lam: float, folds: in
             spent = run["tokens"]
             if name == "cascade":
                 for stronger in d.escalation:
-                    if stronger not in actions or run["confidence"] is None or run["confidence"] >= settings.cascade_threshold:
+                    if stronger not in actions or run["confidence"] is None or run["confidence"] >= settings[lams[0]].cascade_threshold:
                         break
                     run = runs[(it.id, stronger)]
                     spent += run["tokens"]
@@ -154,17 +170,62 @@ def evaluate(items, actions, runs, out: Path, budget: int, lam: float, folds: in
         oracle_c.append(float(runs[(it.id, best)]["correct"]))
         oracle_t.append(runs[(it.id, best)]["tokens"])
     rows.append(("oracle", statistics.mean(oracle_c), statistics.mean(oracle_t), None, 0.0))
-    return rows, len(items), [m for _, m in per_fold.values()]
+    return rows, picks, metrics
+
+
+def per_suite_table(items, actions, runs, picks: dict, router: str) -> Table:
+    """Where the learned router's accuracy comes from: per suite, each fixed action's accuracy, the
+    router's picks, its accuracy, and its mean p_success next to the observed success rate."""
+    table = Table(title=f"per suite: {router}")
+    for col in ("suite", "n", *(f"fixed:{a}" for a in actions), "picks", "accuracy", "mean p_success", "observed"):
+        table.add_column(col)
+    for suite in SUITES:
+        mine = [it for it in items if it.id.startswith(suite + "/")]
+        chosen = [picks[(router, it.id)] for it in mine]
+        hits = [float(runs[(it.id, a)]["correct"]) if a in actions else 0.0 for it, (a, _) in zip(mine, chosen)]
+        scored = [(p, h) for (_, p), h in zip(chosen, hits) if p is not None]
+        counts = {a: sum(1 for c, _ in chosen if c == a) for a in sorted({c for c, _ in chosen})}
+        table.add_row(suite, str(len(mine)),
+                      *(f"{statistics.mean(float(runs[(it.id, a)]['correct']) for it in mine):.3f}" for a in actions),
+                      " ".join(f"{a} {n}" for a, n in counts.items()), f"{statistics.mean(hits):.3f}",
+                      f"{statistics.mean(p for p, _ in scored):.3f}" if scored else "-",
+                      f"{statistics.mean(h for _, h in scored):.3f}" if scored else "-")
+    return table
+
+
+def splits_table(results: dict[int, list[tuple]], actions, n: int) -> Table:
+    """The learned router against the best fixed action on every random half-split (the split alone moves
+    the learned router by a few questions, so one split's figure is not the whole story)."""
+    table = Table(title=f"the learned router on {len(results)} random splits (questions correct of {n}, "
+                        "tokens per item as % of the best fixed action's, ECE)")
+    table.add_column("split seed")
+    best = None
+    for seed, rows in results.items():
+        by_name = {r[0]: r for r in rows}
+        fixed = max((by_name[f"fixed:{a}"] for a in actions), key=lambda r: (r[1], -r[2]))
+        if best is None:
+            best = fixed
+            table.add_column(f"best fixed ({fixed[0]})")
+            learned = [r[0] for r in rows if r[0].startswith("learned")]
+            for name in learned:
+                table.add_column(name)
+        cells = [f"{round(r[1] * n)}  {100 * r[2] / fixed[2]:.0f}%  {r[3]:.3f}" for r in rows if r[0] in learned]
+        table.add_row(str(seed), f"{round(fixed[1] * n)}", *cells)
+    return table
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--per-suite", type=int, default=100)
+    ap.add_argument("--per-suite", type=int, default=200)
     ap.add_argument("--actions", default="direct,reason")
     ap.add_argument("--budget", type=int, default=1024)
-    ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
+    ap.add_argument("--lambda", dest="lams", default="0.3,0.1,0.05",
+                    help="token prices to score the learned router at, comma-separated; the first is the headline "
+                         "and the other routers' price")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--folds", type=int, default=2, help="cross-fitting folds for the learned router")
+    ap.add_argument("--split-seeds", default="1,2,3,4,5",
+                    help="seeds of the question-to-fold assignment, comma-separated; the first gets the full tables")
     ap.add_argument("--out", default=str(Path.home() / ".cache" / "agentrt" / "bench" / "router"))
     args = ap.parse_args()
     import os
@@ -172,22 +233,34 @@ def main() -> None:
     from agentrt.config import default_home
 
     os.environ.setdefault("AGENTRT_MODELS_DIR", str(default_home() / "models"))  # reuse the converted model
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small solves; see agentrt/commands/route.py
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     actions = args.actions.split(",")
+    lams = [float(x) for x in args.lams.split(",")]
     items = load_items(args.per_suite, seed=0)
     runs = asyncio.run(collect(items, actions, out, args.budget, args.workers))
-    rows, n_held, metrics = evaluate(items, actions, runs, out, args.budget, args.lam, args.folds)
-    table = Table(title=f"routers on {n_held} questions ({', '.join(SUITES)}), each held out from the learned "
-                        f"router that scores it ({args.folds}-fold), budget {args.budget}, lambda {args.lam}")
+    seeds = [int(x) for x in args.split_seeds.split(",")]
+    results = {}
+    for seed in seeds:
+        results[seed], picks, metrics = evaluate(items, actions, runs, out, args.budget, lams, args.folds, seed)
+        if seed == seeds[0]:
+            first = (picks, metrics)
+    picks, metrics = first
+    table = Table(title=f"routers on {len(items)} questions ({', '.join(SUITES)}), each held out from the learned "
+                        f"router that scores it ({args.folds}-fold, split seed {seeds[0]}), budget {args.budget}, "
+                        f"lambda {lams[0]}")
     for col in ("router", "accuracy", "tokens / item", "ECE", "decision p50 ms"):
         table.add_column(col)
-    for name, acc, tok, ece, ms in rows:
+    for name, acc, tok, ece, ms in results[seeds[0]]:
         table.add_row(name, f"{acc:.3f}", f"{tok:.0f}", "-" if ece is None else f"{ece:.3f}", f"{ms:.2f}")
-    Console().print(table)
+    console = Console(width=150)
+    console.print(table)
+    console.print(per_suite_table(items, actions, runs, picks, f"learned (lambda {lams[0]})"))
     for k, m in enumerate(metrics):
         print(f"fold {k} training report: {json.dumps({key: v for key, v in m.items() if key != 'reliability'})}")
-
+    if len(seeds) > 1:
+        console.print(splits_table(results, actions, len(items)))
 
 if __name__ == "__main__":
     main()

@@ -15,8 +15,9 @@ from agentrt.errors import ConfigError, InputError
 from agentrt.router import decide
 from agentrt.routing import UtilityConfig, choose, extract, make_router
 from agentrt.routing.learned import RouterModel
-from agentrt.routing.train import calibration, train_router
-from agentrt.trajectory import TrajectoryRecord, TrajectoryWriter, find_record, new_run_id
+from agentrt.routing.features import vectorize
+from agentrt.routing.train import calibration, load_examples, train_router
+from agentrt.trajectory import RewardBreakdown, TrajectoryRecord, TrajectoryWriter, find_record, new_run_id
 
 
 def test_utility_rule_floors_budget_and_exploration():
@@ -115,7 +116,7 @@ def _logged_runs(path, n=60, seed=0):
 
 def test_learned_router_trains_off_policy_and_beats_fixed_actions(tmp_path):
     path = _logged_runs(tmp_path)
-    model = train_router([path], lam=0.3, holdout=0.5)
+    model = train_router([path], lam=0.3)
     m = model.metrics
     assert 0 <= m["ece"] <= 1 and 0 <= m["brier"] <= 1 and m["reliability"]
     # the learned policy's estimated value beats always-direct and always-reason on held-out data
@@ -128,6 +129,31 @@ def test_learned_router_trains_off_policy_and_beats_fixed_actions(tmp_path):
     assert asyncio.run(router.decide(math_q, extract(math_q), 1000)).action == "reason"
     assert asyncio.run(router.decide(fact_q, extract(fact_q), 1000)).action == "direct"
     assert RouterModel.load(tmp_path / "router.json").actions.keys() == model.actions.keys()
+
+
+def test_p_success_learns_the_verdict_not_the_partial_credit(tmp_path):
+    """IFEval-like runs: every answer follows half the instructions (score 0.5) but none passes. The success
+    probability must say ~0 (what ECE is checked against), while the policy value still sees the partial credit."""
+    writer = TrajectoryWriter(tmp_path)
+    for i in range(40):
+        for action, tokens in (("direct", 60), ("reason", 400)):
+            verdict = RewardBreakdown(score=0.5, correct=False)
+            writer.append(TrajectoryRecord(
+                run_id=new_run_id(), created_at=time.time(), question=f"Write {i} words about cats.", route=action,
+                steps=[], answer="x", budget={"total": 1000, "spent": tokens}, usage={"total_tokens": tokens},
+                timings={}, status="ok", reward=0.5, rewards={"eval": verdict}))
+    model = train_router([tmp_path / "trajectories.jsonl"], lam=0.3)
+    p, _ = model.predict(vectorize(extract("Write 7 words about cats."), "Write 7 words about cats."))
+    assert max(p.values()) < 0.05
+    assert model.metrics["ece"] < 0.05 and model.metrics["logged_policy_value"] > 0.3  # 0.5 - 0.3 * tokens / 1000
+    # a record without a verdict (older logs, hand-made rewards) reads its reward as the chance of success
+    legacy = TrajectoryWriter(tmp_path / "legacy")
+    legacy.append(TrajectoryRecord(run_id=new_run_id(), created_at=time.time(), question="Why?", route="direct",
+                                   steps=[], answer="x", budget={"total": 1000}, usage={"total_tokens": 9},
+                                   timings={}, status="ok", reward=0.4))
+    assert [e.success for e in load_examples([legacy.path])] == [0.4]
+    with pytest.raises(InputError, match="at least 2 different questions"):
+        train_router([legacy.path])
 
 
 def test_train_router_cli(tmp_path):

@@ -46,5 +46,6 @@ def test_report_files_and_numbers(tmp_path):
     for r in results:
         t = trajectories[r["trajectory_id"]]
         assert t.reward == r["score"] and t.task.prompt_id == r["item_id"]
+        assert t.rewards["eval"].correct == r["correct"]  # the verdict, next to the (partial-credit) score
     assert sorted({r["seed"] for r in results if r["item_id"] == "a"}) == sorted({r["seed"] for r in results if r["item_id"] == "a"})
     assert len({r["seed"] for r in results if r["item_id"] == "a"}) == 3  # one seed per sample, shared by routers
