@@ -71,5 +71,7 @@ def make_router(spec: str, settings: Any, *, policy: Any = None, cfg: UtilityCon
         from agentrt.routing.learned import LearnedRouter, RouterModel
 
         model = RouterModel.load(arg)
-        return LearnedRouter(model, settings, cfg.model_copy(update={"actions": tuple(model.actions)}))
+        # the actions both allowed here and modeled by the file
+        allowed = tuple(a for a in cfg.actions if a in model.actions) or tuple(model.actions)
+        return LearnedRouter(model, settings, cfg.model_copy(update={"actions": allowed}))
     raise ConfigError(f"unknown router {spec!r}; use one of: {ROUTER_SPECS}")

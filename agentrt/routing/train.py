@@ -30,7 +30,9 @@ from agentrt.routing.learned import ActionModel, RouterModel
 from agentrt.trajectory import read_trajectories
 
 MAX_WEIGHT = 20.0  # clip 1/propensity: a few rare actions must not dominate the fit
-L2_GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)  # on the weighted mean log-loss
+# L2 strengths (on the weighted mean log-loss), one for the numeric features and one for the hashed
+# words: the words are 128 noisy inputs, so an action with few successes needs them held much tighter
+L2_GRID = tuple((numeric, words) for numeric in (1e-3, 1e-2, 0.1) for words in (1e-3, 1e-2, 0.1, 1.0))
 TOKENS_L2 = 1e-2
 
 
@@ -157,7 +159,7 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     k = max(2, min(folds, len(questions)))
     fold_of = {q: i % k for i, q in enumerate(questions)}
     # out-of-fold predictions per L2 strength: oof[l2][i] = (logits, tokens) of examples[i]
-    oof: dict[float, dict[int, tuple[dict[str, float], dict[str, float]]]] = {l2: {} for l2 in L2_GRID}
+    oof: dict[Any, dict[int, tuple[dict[str, float], dict[str, float]]]] = {l2: {} for l2 in L2_GRID}
     for fold in range(k):
         rows = [e for e in examples if fold_of[e.question] != fold]
         held = [i for i, e in enumerate(examples) if fold_of[e.question] == fold]
@@ -220,10 +222,13 @@ def _fit_router(rows: list[Example], lam: float, l2: float | dict[str, float]) -
     return RouterModel(mean, std, actions, 1.0, lam)
 
 
-def _penalty(columns: int, strength: float):
+def _penalty(columns: int, strength: float | tuple[float, float]):
+    """Per-column L2: the numeric features, the hashed words, and the intercept (free)."""
     import numpy as np
 
-    return np.concatenate([np.full(columns - 1, strength), [0.0]])
+    numeric, words = strength if isinstance(strength, tuple) else (strength, strength)
+    k = len(NUMERIC_FEATURES)
+    return np.concatenate([np.full(k, numeric), np.full(columns - 1 - k, words), [0.0]])
 
 
 def report(preds: list[tuple[dict[str, float], dict[str, float]]], examples: list[Example], lam: float) -> dict[str, Any]:

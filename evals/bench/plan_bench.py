@@ -30,19 +30,25 @@ from rich.table import Table  # noqa: E402
 ROUTES = ("plan", "direct", "reason")
 
 
-def _corpus(args: argparse.Namespace):
+def hotpot_corpus(workdir: str | Path, pool: int):
+    """The pooled paragraphs of the first ``pool`` HotpotQA dev questions, indexed once under ``workdir``."""
     from memory.corpus import open_corpus
     from memory.ingest import hotpotqa_chunks, ingest, load_hotpotqa
 
-    if args.store:
-        return open_corpus(args.store, args.collection)
-    path = Path(args.workdir) / "memory"
-    corpus = open_corpus(path, f"hotpot{args.pool}", create=True)
-    chunks = hotpotqa_chunks(load_hotpotqa(), limit=args.pool)
+    corpus = open_corpus(Path(workdir) / "memory", f"hotpot{pool}", create=True)
+    chunks = hotpotqa_chunks(load_hotpotqa(), limit=pool)
     if corpus.count() < len(chunks):
         ingest(corpus.store, chunks)
         corpus.invalidate()
     return corpus
+
+
+def _corpus(args: argparse.Namespace):
+    from memory.corpus import open_corpus
+
+    if args.store:
+        return open_corpus(args.store, args.collection)
+    return hotpot_corpus(args.workdir, args.pool)
 
 
 def quality(args: argparse.Namespace, console: Console) -> None:

@@ -1,17 +1,21 @@
 """Benchmark: every router's accuracy, tokens and calibration on a mixed dev suite (issue 7).
 
-    .venv/bin/python evals/bench/router_bench.py [--per-suite 200] [--actions direct,reason] [--folds 2]
-        [--lambda 0.3,0.1,0.05] [--split-seeds 1,2,3,4,5] [--out DIR]
+    .venv/bin/python evals/bench/router_bench.py [--per-suite 200] [--actions direct,reason,plan] [--folds 2]
+        [--budget 4096] [--pool 300] [--lambda 0.3,0.1,0.05] [--split-seeds 1,2,3,4,5] [--skip-self] [--out DIR]
 
-1. Collect: every fixed action on every question, with the embedded model, resumably: each finished
-   (question, action) is appended to DIR/runs.jsonl and never redone (a killed run resumes).
-   The rewarded trajectories (reward = verifier score) are appended to DIR/rewarded.jsonl.
+1. Collect: every action on every question with the embedded model, resumably: each finished
+   (question, action) is appended to DIR/runs.jsonl and never redone (a killed run resumes); the rewarded
+   trajectories (reward = verifier score, verdict = pass/fail) go to DIR/rewarded.jsonl. The private index
+   is the pooled paragraphs of the first --pool HotpotQA dev questions, so plan runs on HotpotQA only;
+   elsewhere no router may choose plan, and fixed:plan answers with direct.
 2. K-fold cross-fitting (default 2: train / held-out halves, then swapped): the learned router of each fold
    is fit on the other folds' rewarded runs, so every question is scored by a router that never saw it.
-3. Evaluate on all questions: fixed actions, rules, cascade, learned and the oracle, counterfactually
-   from the exhaustive cache (each router's chosen action is looked up, so every router sees the same runs).
-Prints one table: accuracy, tokens per item, ECE of p_success (against the verifier's pass/fail verdict),
-decision overhead p50; the learned router at each token price lambda; and where its accuracy comes from, per suite.
+   The split is repeated with each --split-seeds seed.
+3. Evaluate on all questions: fixed actions, rules, cascade, self, learned (at each lambda) and the oracle,
+   counterfactually from the exhaustive cache (each router's chosen action is looked up, so every router
+   sees the same runs). The self router's label scoring is run once (a model call per question).
+Prints: accuracy, tokens per item, ECE of p_success (against the verifier's pass/fail verdict) and decision
+p50 per router; where the learned router's accuracy comes from, per suite; the learned router on every split.
 Acceptance (issue 7): learned >= best fixed accuracy with <= 60% of its tokens; ECE <= 0.05; overhead p50 <= 5 ms.
 """
 
@@ -49,7 +53,26 @@ def load_items(per_suite: int, seed: int) -> list:
     return items
 
 
-async def collect(items, actions, out: Path, budget: int, workers: int) -> dict:
+CORPUS_SUITES = ("hotpotqa",)  # the suites whose questions the private index covers: plan runs only there
+
+
+def plan_agent(out: Path, pool: int):
+    """An agent whose private index is the pooled HotpotQA paragraphs (the plan route searches it)."""
+    from agentrt import Agent
+    from agentrt.config import load_settings
+    from evals.bench.plan_bench import hotpot_corpus
+
+    home = out / "plan-home"
+    corpus = hotpot_corpus(home, pool)
+    return Agent(load_settings(home=home, corpus=corpus.name))
+
+
+def available(item, actions) -> list[str]:
+    """The actions a question can take: plan needs a private index that covers it."""
+    return [a for a in actions if a != "plan" or item.id.split("/")[0] in CORPUS_SUITES]
+
+
+async def collect(items, actions, out: Path, budget: int, workers: int, pool: int) -> dict:
     from agentrt import Agent
     from agentrt.trajectory import RewardBreakdown, find_record
     from evals.verifiers import score_item
@@ -61,20 +84,22 @@ async def collect(items, actions, out: Path, budget: int, workers: int) -> dict:
             if line.strip():
                 r = json.loads(line)
                 done[(r["id"], r["action"])] = r
-    todo = [(it, a) for it in items for a in actions if (it.id, a) not in done]
+    todo = [(it, a) for it in items for a in available(it, actions) if (it.id, a) not in done]
     agent = Agent(home=out / "home")
+    planner = plan_agent(out, pool) if any(a == "plan" for _, a in todo) else None
     sem = asyncio.Semaphore(workers)
 
     async def one(item, action, progress, task):
+        runner = planner if action == "plan" else agent
         async with sem:
-            res = await agent.arun(item.question, budget=budget, route=action)
+            res = await runner.arun(item.question, budget=budget, route=action)
         scored = score_item(item, res.answer, res.route)
-        rec = find_record(agent.writer.path, res.trajectory_id)
-        answer_lp = [s for s in rec.steps if s.get("kind") == "model_call" and s.get("name") == "answer"]
+        rec = find_record(runner.writer.path, res.trajectory_id)
+        answer_lp = [s for s in rec.steps if s.get("kind") == "model_call" and s.get("name") in ("answer", "synthesize")]
         lps = (answer_lp[-1]["completion_logprobs"][0] or []) if answer_lp else []
         row = {"id": item.id, "action": action, "question": item.question, "answer": res.answer,
                "score": scored.score, "correct": scored.correct, "tokens": res.usage.total_tokens,
-               "confidence": sum(lps) / len(lps) if lps else None}
+               "budget": budget, "confidence": sum(lps) / len(lps) if lps else None}
         verdict = RewardBreakdown(score=scored.score, correct=scored.correct, verifier=item.verifier)
         rewarded = rec.model_copy(update={"reward": max(0.0, scored.score), "rewards": {"eval": verdict}})
         with open(rewarded_path, "a") as f:
@@ -90,7 +115,7 @@ async def collect(items, actions, out: Path, budget: int, workers: int) -> dict:
     return done
 
 
-def _train_fold(items, runs: dict, train_ids: set, out: Path, lam: float, fold: int):
+def _train_fold(items, actions, runs: dict, train_ids: set, out: Path, lam: float, budget: int, fold: int):
     """The learned router fit on the rewarded runs of ``train_ids`` only."""
     from agentrt.routing.train import train_router
 
@@ -98,11 +123,14 @@ def _train_fold(items, runs: dict, train_ids: set, out: Path, lam: float, fold: 
     lines = []
     for ln in (out / "rewarded.jsonl").read_text().splitlines():
         rec = json.loads(ln) if ln.strip() else None
-        if rec is None or rec["question"] not in id_of:
+        if rec is None or rec["question"] not in id_of or rec["route"] not in actions:
             continue
         if "eval" not in rec.get("rewards", {}):  # cached before verdicts were recorded: add it from runs.jsonl
             run = runs[(id_of[rec["question"]], rec["route"])]
             rec["rewards"] = {"eval": {"score": run["score"], "correct": bool(run["correct"])}}
+        # direct / reason runs cached at budget 1024 spend the same at the decision budget (their caps bind
+        # first), so every run is priced against the one budget the routers decide with
+        rec["budget"]["total"] = budget
         lines.append(json.dumps(rec))
     train_file = out / f"rewarded-train-fold{fold}.jsonl"
     train_file.write_text("\n".join(lines) + "\n")
@@ -111,62 +139,109 @@ def _train_fold(items, runs: dict, train_ids: set, out: Path, lam: float, fold: 
     return model
 
 
+class Replay:
+    """Replays decisions made before: the self router's cost model calls and do not depend on the split."""
+
+    name = "self"
+
+    def __init__(self, decisions: dict) -> None:
+        self.decisions = decisions  # question -> (RouteDecision, ms)
+
+    async def decide(self, question: str, features: dict, budget: int):
+        return self.decisions[question][0]
+
+
+async def self_decisions(items, actions, out: Path, budget: int, lam: float) -> dict:
+    """The self router on every question (the policy scores the action labels), one at a time so that
+    its decision time is one model call's, not a queue's."""
+    from agentrt import Agent
+    from agentrt.config import Settings
+    from agentrt.routing import ACTIONS, UtilityConfig, extract, make_router
+
+    policy = Agent(home=out / "home").policy
+    settings = Settings(home=out / "home", router_lambda=lam)
+    routers = {covered: make_router("self", settings, policy=policy, cfg=UtilityConfig(
+        lam=lam, actions=tuple(a for a in ACTIONS if covered or a != "plan"))) for covered in (True, False)}
+    decisions = {}
+    with Progress() as progress:
+        task = progress.add_task("self router: scoring the action labels", total=len(items))
+        for it in items:
+            t = time.perf_counter()
+            router = routers[len(available(it, actions)) == len(actions)]
+            d = await router.decide(it.question, extract(it.question), budget)
+            decisions[it.question] = (d, (time.perf_counter() - t) * 1000)
+            progress.advance(task)
+    return decisions
+
+
 def evaluate(items, actions, runs, out: Path, budget: int, lams: list[float], folds: int,
-             seed: int = 1) -> tuple[list[tuple], dict, list]:
+             seed: int = 1, self_made: dict | None = None) -> tuple[list[tuple], dict, list]:
     """K-fold cross-fitting: every question is scored by a learned router that never saw it, and the
     held-out predictions of all folds are pooled (one random split's base rate would sway ECE).
-    The learned router is scored at each lambda in ``lams`` (the first one is also the other routers')."""
+    The learned router is scored at each lambda in ``lams`` (the first one is also the other routers').
+    Off the private index (every suite but HotpotQA) routers choose without plan, and fixed:plan answers
+    with direct: a plan needs passages to search."""
     from agentrt.config import Settings
-    from agentrt.routing import extract, make_router
+    from agentrt.routing import ACTIONS, UtilityConfig, extract, make_router
     from agentrt.routing.train import calibration
 
     questions = sorted({it.id for it in items})
     random.Random(seed).shuffle(questions)
     fold_of = {q: i % folds for i, q in enumerate(questions)}
     settings = {lam: Settings(home=out / "home", router_lambda=lam) for lam in lams}
+
+    def build(spec: str, lam: float) -> dict[bool, object]:
+        """The router for questions on (True) and off (False) the private index."""
+        return {covered: make_router(spec, settings[lam], cfg=UtilityConfig(
+            lam=lam, actions=tuple(a for a in ACTIONS if covered or a != "plan"))) for covered in (True, False)}
+
     per_fold, metrics = {}, []
     for k in range(folds):
-        model = _train_fold(items, runs, {q for q in questions if fold_of[q] != k}, out, lams[0], k)
+        model = _train_fold(items, actions, runs, {q for q in questions if fold_of[q] != k}, out, lams[0], budget, k)
         metrics.append(model.metrics)
         for lam in lams:
-            per_fold[(k, lam)] = make_router(f"learned:{out / f'router-fold{k}.json'}", settings[lam])
-    routers = {f"fixed:{a}": make_router(f"fixed:{a}", settings[lams[0]]) for a in actions}
-    routers["rules"] = make_router("rules", settings[lams[0]])
-    routers["cascade"] = make_router("cascade", settings[lams[0]])
+            per_fold[(k, lam)] = build(f"learned:{out / f'router-fold{k}.json'}", lam)
+    routers = {f"fixed:{a}": build(f"fixed:{a}", lams[0]) for a in actions}
+    routers["rules"] = build("rules", lams[0])
+    routers["cascade"] = build("cascade", lams[0])
+    if self_made:
+        routers["self"] = {True: Replay(self_made), False: Replay(self_made)}
     for lam in lams:
         routers[f"learned (lambda {lam})"] = lam  # the fold's own router, below
     rows, picks = [], {}
     for name, router in routers.items():
         correct, tokens, probs, outcomes, overhead = [], [], [], [], []
         for it in items:
-            r = per_fold[(fold_of[it.id], router)] if isinstance(router, float) else router
+            acts = available(it, actions)
+            r = (per_fold[(fold_of[it.id], router)] if isinstance(router, float) else router)[len(acts) == len(actions)]
             t = time.perf_counter()
             d = asyncio.run(r.decide(it.question, extract(it.question), budget))
-            overhead.append((time.perf_counter() - t) * 1000)
-            action = d.action if d.action in actions else None
-            picks[(name, it.id)] = (d.action, d.p_success.get(d.action))
+            overhead.append(r.decisions[it.question][1] if isinstance(r, Replay) else (time.perf_counter() - t) * 1000)
+            spent = d.cost_tokens  # the self router's label scoring is charged to the run
+            action = d.action if d.action in acts else "direct" if d.action in actions else None
+            picks[(name, it.id)] = (action or d.action, d.p_success.get(action or d.action))
             if action is None:  # ask / abstain: no answer to score on these suites
                 correct.append(0.0)
-                tokens.append(0 if d.action == "abstain" else 60)
+                tokens.append(spent + (0 if d.action == "abstain" else 60))
                 continue
             run = runs[(it.id, action)]
-            spent = run["tokens"]
+            spent += run["tokens"]
             if name == "cascade":
                 for stronger in d.escalation:
-                    if stronger not in actions or run["confidence"] is None or run["confidence"] >= settings[lams[0]].cascade_threshold:
+                    if stronger not in acts or run["confidence"] is None or run["confidence"] >= settings[lams[0]].cascade_threshold:
                         break
                     run = runs[(it.id, stronger)]
                     spent += run["tokens"]
             correct.append(float(run["correct"]))
             tokens.append(spent)
-            if d.p_success.get(action) is not None:
+            if d.action == action and d.p_success.get(action) is not None:
                 probs.append(d.p_success[action])
                 outcomes.append(float(run["correct"]))
         cal = calibration(probs, outcomes) if probs else {"ece": None}
         rows.append((name, statistics.mean(correct), statistics.mean(tokens), cal["ece"], statistics.median(overhead)))
     oracle_c, oracle_t = [], []
     for it in items:
-        best = max(actions, key=lambda a: (runs[(it.id, a)]["correct"], -runs[(it.id, a)]["tokens"]))
+        best = max(available(it, actions), key=lambda a: (runs[(it.id, a)]["correct"], -runs[(it.id, a)]["tokens"]))
         oracle_c.append(float(runs[(it.id, best)]["correct"]))
         oracle_t.append(runs[(it.id, best)]["tokens"])
     rows.append(("oracle", statistics.mean(oracle_c), statistics.mean(oracle_t), None, 0.0))
@@ -177,17 +252,25 @@ def per_suite_table(items, actions, runs, picks: dict, router: str) -> Table:
     """Where the learned router's accuracy comes from: per suite, each fixed action's accuracy, the
     router's picks, its accuracy, and its mean p_success next to the observed success rate."""
     table = Table(title=f"per suite: {router}")
-    for col in ("suite", "n", *(f"fixed:{a}" for a in actions), "picks", "accuracy", "mean p_success", "observed"):
+    for col in ("suite", "n", *(f"fixed:{a}" for a in actions), "picks", "accuracy", "tokens", "mean p_success",
+                "observed"):
         table.add_column(col)
+
+    def fixed(mine, a) -> str:
+        if any((it.id, a) not in runs for it in mine):
+            return "-"  # not available here (plan off the private index)
+        return f"{statistics.mean(float(runs[(it.id, a)]['correct']) for it in mine):.3f}"
+
     for suite in SUITES:
         mine = [it for it in items if it.id.startswith(suite + "/")]
         chosen = [picks[(router, it.id)] for it in mine]
         hits = [float(runs[(it.id, a)]["correct"]) if a in actions else 0.0 for it, (a, _) in zip(mine, chosen)]
+        spent = [runs[(it.id, a)]["tokens"] if a in actions else 0 for it, (a, _) in zip(mine, chosen)]
         scored = [(p, h) for (_, p), h in zip(chosen, hits) if p is not None]
         counts = {a: sum(1 for c, _ in chosen if c == a) for a in sorted({c for c, _ in chosen})}
-        table.add_row(suite, str(len(mine)),
-                      *(f"{statistics.mean(float(runs[(it.id, a)]['correct']) for it in mine):.3f}" for a in actions),
+        table.add_row(suite, str(len(mine)), *(fixed(mine, a) for a in actions),
                       " ".join(f"{a} {n}" for a, n in counts.items()), f"{statistics.mean(hits):.3f}",
+                      f"{statistics.mean(spent):.0f}",
                       f"{statistics.mean(p for p, _ in scored):.3f}" if scored else "-",
                       f"{statistics.mean(h for _, h in scored):.3f}" if scored else "-")
     return table
@@ -217,13 +300,16 @@ def splits_table(results: dict[int, list[tuple]], actions, n: int) -> Table:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-suite", type=int, default=200)
-    ap.add_argument("--actions", default="direct,reason")
-    ap.add_argument("--budget", type=int, default=1024)
+    ap.add_argument("--actions", default="direct,reason,plan")
+    ap.add_argument("--budget", type=int, default=4096, help="every run's and every decision's token budget")
+    ap.add_argument("--pool", type=int, default=300,
+                    help="the private index: the pooled paragraphs of the first N HotpotQA dev questions")
     ap.add_argument("--lambda", dest="lams", default="0.3,0.1,0.05",
                     help="token prices to score the learned router at, comma-separated; the first is the headline "
                          "and the other routers' price")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--folds", type=int, default=2, help="cross-fitting folds for the learned router")
+    ap.add_argument("--skip-self", action="store_true", help="leave out the self router (it scores every question with the model)")
     ap.add_argument("--split-seeds", default="1,2,3,4,5",
                     help="seeds of the question-to-fold assignment, comma-separated; the first gets the full tables")
     ap.add_argument("--out", default=str(Path.home() / ".cache" / "agentrt" / "bench" / "router"))
@@ -239,11 +325,13 @@ def main() -> None:
     actions = args.actions.split(",")
     lams = [float(x) for x in args.lams.split(",")]
     items = load_items(args.per_suite, seed=0)
-    runs = asyncio.run(collect(items, actions, out, args.budget, args.workers))
+    runs = asyncio.run(collect(items, actions, out, args.budget, args.workers, args.pool))
     seeds = [int(x) for x in args.split_seeds.split(",")]
+    self_made = None if args.skip_self else asyncio.run(self_decisions(items, actions, out, args.budget, lams[0]))
     results = {}
     for seed in seeds:
-        results[seed], picks, metrics = evaluate(items, actions, runs, out, args.budget, lams, args.folds, seed)
+        results[seed], picks, metrics = evaluate(items, actions, runs, out, args.budget, lams, args.folds, seed,
+                                                 self_made)
         if seed == seeds[0]:
             first = (picks, metrics)
     picks, metrics = first

@@ -128,6 +128,9 @@ def test_learned_router_trains_off_policy_and_beats_fixed_actions(tmp_path):
     math_q, fact_q = "What is 47 * 83?", "What is the capital city of country number 7 (Rome)?"
     assert asyncio.run(router.decide(math_q, extract(math_q), 1000)).action == "reason"
     assert asyncio.run(router.decide(fact_q, extract(fact_q), 1000)).action == "direct"
+    # a caller can narrow the actions (e.g. no plan without a private index): the file's others remain
+    narrowed = make_router(f"learned:{tmp_path / 'router.json'}", Settings(), cfg=UtilityConfig(actions=("direct", "plan")))
+    assert asyncio.run(narrowed.decide(math_q, extract(math_q), 1000)).action == "direct"
     assert RouterModel.load(tmp_path / "router.json").actions.keys() == model.actions.keys()
 
 
