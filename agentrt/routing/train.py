@@ -32,8 +32,10 @@ from agentrt.trajectory import read_trajectories
 MAX_WEIGHT = 20.0  # clip 1/propensity: a few rare actions must not dominate the fit
 # L2 strengths (on the weighted mean log-loss), one for the numeric features and one for the hashed
 # words: the words are 128 noisy inputs, so an action with few successes needs them held much tighter
-L2_GRID = tuple((numeric, words) for numeric in (1e-3, 1e-2, 0.1) for words in (1e-3, 1e-2, 0.1, 1.0))
-TOKENS_L2 = 1e-2
+Strength = tuple[float, float]  # (numeric features, hashed words)
+L2_GRID: tuple[Strength, ...] = tuple((numeric, words) for numeric in (1e-3, 1e-2, 0.1) for words in (1e-3, 1e-2, 0.1, 1.0))
+TOKENS_L2: Strength = (1e-2, 1e-2)
+TEMPERATURES = (0.5, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0)  # calibration: logits / T
 
 
 @dataclass
@@ -43,7 +45,7 @@ class Example:
     action: str
     propensity: float  # mu(action | question): the logging policy's probability, see _logging_propensities
     probs: dict[str, float]  # this row's router distribution over actions
-    success: float  # 1.0 / 0.0: the verifier's verdict (see _success)
+    success: float  # the verifier's verdict (1.0 / 0.0), or a reward read as a chance of success (see _success)
     reward: float  # the score, with partial credit
     tokens: float
     budget: int
@@ -159,7 +161,7 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     k = max(2, min(folds, len(questions)))
     fold_of = {q: i % k for i, q in enumerate(questions)}
     # out-of-fold predictions per L2 strength: oof[l2][i] = (logits, tokens) of examples[i]
-    oof: dict[Any, dict[int, tuple[dict[str, float], dict[str, float]]]] = {l2: {} for l2 in L2_GRID}
+    oof: dict[Strength, dict[int, tuple[dict[str, float], dict[str, float]]]] = {l2: {} for l2 in L2_GRID}
     for fold in range(k):
         rows = [e for e in examples if fold_of[e.question] != fold]
         held = [i for i, e in enumerate(examples) if fold_of[e.question] == fold]
@@ -182,8 +184,6 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     return model
 
 
-TEMPERATURES = (0.5, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0)
-
 
 def _sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
@@ -201,7 +201,7 @@ def _nll(pairs: list[tuple[float | None, float]]) -> float:
     return total / max(1, n)
 
 
-def _fit_router(rows: list[Example], lam: float, l2: float | dict[str, float]) -> RouterModel:
+def _fit_router(rows: list[Example], lam: float, l2: Strength | dict[str, Strength]) -> RouterModel:
     """Per action: success (logistic, L2 strength ``l2`` or ``l2[action]``) and log-token (ridge) models
     on the runs that took it, weighted by the clipped inverse propensity."""
     import numpy as np
@@ -222,11 +222,11 @@ def _fit_router(rows: list[Example], lam: float, l2: float | dict[str, float]) -
     return RouterModel(mean, std, actions, 1.0, lam)
 
 
-def _penalty(columns: int, strength: float | tuple[float, float]):
+def _penalty(columns: int, strength: Strength):
     """Per-column L2: the numeric features, the hashed words, and the intercept (free)."""
     import numpy as np
 
-    numeric, words = strength if isinstance(strength, tuple) else (strength, strength)
+    numeric, words = strength
     k = len(NUMERIC_FEATURES)
     return np.concatenate([np.full(k, numeric), np.full(columns - 1 - k, words), [0.0]])
 
