@@ -87,9 +87,8 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     import os
+    from pathlib import Path
 
     # numpy's OpenBLAS starts a spinning thread per core; next to a busy model on a shared 2-core
     # machine that made these small solves ~100x slower. One thread is as fast at this size.

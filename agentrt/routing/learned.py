@@ -22,6 +22,11 @@ FORMAT = "agentrt-router"
 VERSION = 1
 
 
+def sigmoid(z: float) -> float:
+    """The logistic function, clamped so that extreme logits neither overflow nor round to exactly 0 or 1."""
+    return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
+
+
 @dataclass
 class ActionModel:
     """Weights for one action (over standardized inputs)."""
@@ -45,18 +50,21 @@ class RouterModel:
 
     def logits(self, x: list[float]) -> dict[str, float]:
         """Uncalibrated success logits per action for one input vector."""
-        z = [(xi - m) / s for xi, m, s in zip(x, self.mean, self.std)]
-        return {a: sum(wi * zi for wi, zi in zip(m.w, z)) + m.b for a, m in self.actions.items()}
+        return self._logits(self._standardized(x))
 
     def predict(self, x: list[float]) -> tuple[dict[str, float], dict[str, float]]:
         """p_success (calibrated) and expected tokens per action for one input vector."""
-        z = [(xi - m) / s for xi, m, s in zip(x, self.mean, self.std)]
-        p, tokens = {}, {}
-        for a, logit in self.logits(x).items():
-            p[a] = 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, logit / self.temperature))))
-            m = self.actions[a]
-            tokens[a] = math.exp(min(12.0, sum(wi * zi for wi, zi in zip(m.tok_w, z)) + m.tok_b))
+        z = self._standardized(x)
+        p = {a: sigmoid(logit / self.temperature) for a, logit in self._logits(z).items()}
+        tokens = {a: math.exp(min(12.0, sum(wi * zi for wi, zi in zip(m.tok_w, z)) + m.tok_b))
+                  for a, m in self.actions.items()}
         return p, tokens
+
+    def _standardized(self, x: list[float]) -> list[float]:
+        return [(xi - m) / s for xi, m, s in zip(x, self.mean, self.std)]
+
+    def _logits(self, z: list[float]) -> dict[str, float]:
+        return {a: sum(wi * zi for wi, zi in zip(m.w, z)) + m.b for a, m in self.actions.items()}
 
     def save(self, path: str | Path) -> None:
         data = {

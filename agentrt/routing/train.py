@@ -26,7 +26,7 @@ from typing import Any
 from agentrt.errors import InputError
 from agentrt.routing.decision import UtilityConfig, choose
 from agentrt.routing.features import NUMERIC_FEATURES, extract, vectorize
-from agentrt.routing.learned import ActionModel, RouterModel
+from agentrt.routing.learned import ActionModel, RouterModel, sigmoid
 from agentrt.trajectory import read_trajectories
 
 MAX_WEIGHT = 20.0  # clip 1/propensity: a few rare actions must not dominate the fit
@@ -160,33 +160,31 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     random.Random(seed).shuffle(questions)
     k = max(2, min(folds, len(questions)))
     fold_of = {q: i % k for i, q in enumerate(questions)}
-    # out-of-fold predictions per L2 strength: oof[l2][i] = (logits, tokens) of examples[i]
-    oof: dict[Strength, dict[int, tuple[dict[str, float], dict[str, float]]]] = {l2: {} for l2 in L2_GRID}
+    # out-of-fold predictions per L2 strength: oof[l2][i] = logits of examples[i]; tokens[i] (no L2 grid)
+    oof: dict[Strength, dict[int, dict[str, float]]] = {l2: {} for l2 in L2_GRID}
+    tokens: dict[int, dict[str, float]] = {}
     for fold in range(k):
         rows = [e for e in examples if fold_of[e.question] != fold]
-        held = [i for i, e in enumerate(examples) if fold_of[e.question] == fold]
-        for l2 in L2_GRID:
-            model = _fit_router(rows, lam, l2)
-            for i in held:
-                oof[l2][i] = (model.logits(examples[i].x), model.predict(examples[i].x)[1])
+        models = _fit_routers(rows, lam, L2_GRID)
+        for i, e in enumerate(examples):
+            if fold_of[e.question] == fold:
+                tokens[i] = models[0].predict(e.x)[1]
+                for l2, model in zip(L2_GRID, models):
+                    oof[l2][i] = model.logits(e.x)
     actions = sorted({e.action for e in examples})
-    pick = {a: min(L2_GRID, key=lambda l2: _nll([(oof[l2][i][0].get(a), e.success) for i, e in enumerate(examples)
+    pick = {a: min(L2_GRID, key=lambda l2: _nll([(oof[l2][i].get(a), e.success) for i, e in enumerate(examples)
                                                  if e.action == a])) for a in actions}
-    logits = [{a: oof[pick[a]][i][0].get(a) for a in actions} for i in range(len(examples))]
+    logits = [{a: oof[pick[a]][i].get(a) for a in actions} for i in range(len(examples))]
     own = [(logits[i][e.action], e.success) for i, e in enumerate(examples)]
     temperature = min(TEMPERATURES, key=lambda t: _nll([(z / t if z is not None else None, y) for z, y in own]))
-    preds = [({a: _sigmoid(z / temperature) for a, z in lg.items() if z is not None}, oof[L2_GRID[0]][i][1])
+    preds = [({a: sigmoid(z / temperature) for a, z in lg.items() if z is not None}, tokens[i])
              for i, lg in enumerate(logits)]
-    model = _fit_router(examples, lam, pick)
+    model = _fit_routers(examples, lam, [pick])[0]
     model.temperature = temperature
     model.metrics = {**report(preds, examples, lam), "examples": len(examples), "questions": len(questions),
                      "folds": k, "actions": actions, "l2": pick, "temperature": temperature}
     return model
 
-
-
-def _sigmoid(z: float) -> float:
-    return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
 
 
 def _nll(pairs: list[tuple[float | None, float]]) -> float:
@@ -195,15 +193,17 @@ def _nll(pairs: list[tuple[float | None, float]]) -> float:
     for z, y in pairs:
         if z is None:
             continue
-        p = min(1 - 1e-6, max(1e-6, _sigmoid(z)))
+        p = min(1 - 1e-6, max(1e-6, sigmoid(z)))
         total -= y * math.log(p) + (1 - y) * math.log(1 - p)
         n += 1
     return total / max(1, n)
 
 
-def _fit_router(rows: list[Example], lam: float, l2: Strength | dict[str, Strength]) -> RouterModel:
-    """Per action: success (logistic, L2 strength ``l2`` or ``l2[action]``) and log-token (ridge) models
-    on the runs that took it, weighted by the clipped inverse propensity."""
+def _fit_routers(rows: list[Example], lam: float, strengths: list[Strength] | list[dict[str, Strength]]) -> list[RouterModel]:
+    """One router per entry of ``strengths`` (one L2 strength for every action, or one per action), all fit
+    on ``rows``: per action, success (logistic) and log-token (ridge) models on the runs that took it,
+    weighted by the clipped inverse propensity. The standardization and the token models don't depend
+    on the strength, so they are computed once."""
     import numpy as np
 
     mean, std = _standardize([e.x for e in rows])
@@ -212,14 +212,18 @@ def _fit_router(rows: list[Example], lam: float, l2: Strength | dict[str, Streng
     success = np.asarray([e.success for e in rows])
     log_tokens = np.log1p(np.asarray([e.tokens for e in rows]))
     weights = np.asarray([min(MAX_WEIGHT, 1 / e.propensity) for e in rows])
-    actions = {}
-    for a in sorted({e.action for e in rows}):
-        took = np.asarray([e.action == a for e in rows])
-        strength = l2[a] if isinstance(l2, dict) else l2
-        coef = _logistic(Z[took], success[took], weights[took], _penalty(Z.shape[1], strength))
-        tok = _ridge(Z[took], log_tokens[took], weights[took], _penalty(Z.shape[1], TOKENS_L2))
-        actions[a] = ActionModel(coef[:-1].tolist(), float(coef[-1]), tok[:-1].tolist(), float(tok[-1]))
-    return RouterModel(mean, std, actions, 1.0, lam)
+    names = sorted({e.action for e in rows})
+    took = {a: np.asarray([e.action == a for e in rows]) for a in names}
+    tok = {a: _ridge(Z[took[a]], log_tokens[took[a]], weights[took[a]], _penalty(Z.shape[1], TOKENS_L2)) for a in names}
+    routers = []
+    for l2 in strengths:
+        actions = {}
+        for a in names:
+            strength = l2[a] if isinstance(l2, dict) else l2
+            coef = _logistic(Z[took[a]], success[took[a]], weights[took[a]], _penalty(Z.shape[1], strength))
+            actions[a] = ActionModel(coef[:-1].tolist(), float(coef[-1]), tok[a][:-1].tolist(), float(tok[a][-1]))
+        routers.append(RouterModel(mean, std, actions, 1.0, lam))
+    return routers
 
 
 def _penalty(columns: int, strength: Strength):

@@ -67,9 +67,21 @@ def plan_agent(out: Path, pool: int):
     return Agent(load_settings(home=home, corpus=corpus.name))
 
 
+def covered(item) -> bool:
+    """Does the private index cover this question?"""
+    return item.id.split("/")[0] in CORPUS_SUITES
+
+
 def available(item, actions) -> list[str]:
     """The actions a question can take: plan needs a private index that covers it."""
-    return [a for a in actions if a != "plan" or item.id.split("/")[0] in CORPUS_SUITES]
+    return [a for a in actions if a != "plan" or covered(item)]
+
+
+def utility_config(lam: float, on_index: bool):
+    """The routers' choice set on (all five actions) and off (no plan) the private index."""
+    from agentrt.routing import ACTIONS, UtilityConfig
+
+    return UtilityConfig(lam=lam, actions=tuple(a for a in ACTIONS if on_index or a != "plan"))
 
 
 async def collect(items, actions, out: Path, budget: int, workers: int, pool: int) -> dict:
@@ -156,18 +168,17 @@ async def self_decisions(items, actions, out: Path, budget: int, lam: float) -> 
     its decision time is one model call's, not a queue's."""
     from agentrt import Agent
     from agentrt.config import Settings
-    from agentrt.routing import ACTIONS, UtilityConfig, extract, make_router
+    from agentrt.routing import extract, make_router
 
     policy = Agent(home=out / "home").policy
     settings = Settings(home=out / "home", router_lambda=lam)
-    routers = {covered: make_router("self", settings, policy=policy, cfg=UtilityConfig(
-        lam=lam, actions=tuple(a for a in ACTIONS if covered or a != "plan"))) for covered in (True, False)}
+    routers = {on: make_router("self", settings, policy=policy, cfg=utility_config(lam, on)) for on in (True, False)}
     decisions = {}
     with Progress() as progress:
         task = progress.add_task("self router: scoring the action labels", total=len(items))
         for it in items:
             t = time.perf_counter()
-            router = routers[len(available(it, actions)) == len(actions)]
+            router = routers[covered(it)]
             d = await router.decide(it.question, extract(it.question), budget)
             decisions[it.question] = (d, (time.perf_counter() - t) * 1000)
             progress.advance(task)
@@ -182,7 +193,7 @@ def evaluate(items, actions, runs, out: Path, budget: int, lams: list[float], fo
     Off the private index (every suite but HotpotQA) routers choose without plan, and fixed:plan answers
     with direct: a plan needs passages to search."""
     from agentrt.config import Settings
-    from agentrt.routing import ACTIONS, UtilityConfig, extract, make_router
+    from agentrt.routing import extract, make_router
     from agentrt.routing.train import calibration
 
     questions = sorted({it.id for it in items})
@@ -192,8 +203,7 @@ def evaluate(items, actions, runs, out: Path, budget: int, lams: list[float], fo
 
     def build(spec: str, lam: float) -> dict[bool, object]:
         """The router for questions on (True) and off (False) the private index."""
-        return {covered: make_router(spec, settings[lam], cfg=UtilityConfig(
-            lam=lam, actions=tuple(a for a in ACTIONS if covered or a != "plan"))) for covered in (True, False)}
+        return {on: make_router(spec, settings[lam], cfg=utility_config(lam, on)) for on in (True, False)}
 
     per_fold, metrics = {}, []
     for k in range(folds):
@@ -213,7 +223,7 @@ def evaluate(items, actions, runs, out: Path, budget: int, lams: list[float], fo
         correct, tokens, probs, outcomes, overhead = [], [], [], [], []
         for it in items:
             acts = available(it, actions)
-            r = (per_fold[(fold_of[it.id], router)] if isinstance(router, float) else router)[len(acts) == len(actions)]
+            r = (per_fold[(fold_of[it.id], router)] if isinstance(router, float) else router)[covered(it)]
             t = time.perf_counter()
             d = asyncio.run(r.decide(it.question, extract(it.question), budget))
             overhead.append(r.decisions[it.question][1] if isinstance(r, Replay) else (time.perf_counter() - t) * 1000)
@@ -281,17 +291,13 @@ def splits_table(results: dict[int, list[tuple]], actions, n: int) -> Table:
     the learned router by a few questions, so one split's figure is not the whole story)."""
     table = Table(title=f"the learned router on {len(results)} random splits (questions correct of {n}, "
                         "tokens per item as % of the best fixed action's, ECE)")
-    table.add_column("split seed")
-    best = None
+    learned = [r[0] for r in next(iter(results.values())) if r[0].startswith("learned")]
     for seed, rows in results.items():
         by_name = {r[0]: r for r in rows}
         fixed = max((by_name[f"fixed:{a}"] for a in actions), key=lambda r: (r[1], -r[2]))
-        if best is None:
-            best = fixed
-            table.add_column(f"best fixed ({fixed[0]})")
-            learned = [r[0] for r in rows if r[0].startswith("learned")]
-            for name in learned:
-                table.add_column(name)
+        if not table.columns:
+            for col in ("split seed", f"best fixed ({fixed[0]})", *learned):
+                table.add_column(col)
         cells = [f"{round(r[1] * n)}  {100 * r[2] / fixed[2]:.0f}%  {r[3]:.3f}" for r in rows if r[0] in learned]
         table.add_row(str(seed), f"{round(fixed[1] * n)}", *cells)
     return table
