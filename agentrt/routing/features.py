@@ -22,12 +22,18 @@ _MULTI_HOP = re.compile(
 _MULTI_STEP = re.compile(r"\bstep by step\b|\bwhy\b|\bexplain\b|\bprove\b|\bderive\b", re.I)
 _INSTRUCTION = re.compile(r"\bwrite\b|\bat least \d+|\bat most \d+|\bwords?\b|\bparagraphs?\b|\bbullet", re.I)
 _YES_NO = re.compile(r"^\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.I)
+# a choice between named alternatives or a property they share ("Who was born first, A or B?", "Are A and B
+# both ...?"): the questions a search of the private index answers best, unlike the bridge questions
+_COMPARISON = re.compile(
+    r"\b(?:both|same|either|neither|share|shared|in common|different)\b"
+    r"|\b(?:first|older|oldest|younger|earlier|later|larger|longer|taller|more|less|higher|lower|bigger|smaller)\b[^?]*\bor\b"
+    r"|\b(?:which|who)\b[^?]*\bor\b|\bor\b[^,;.?]*\??\s*$", re.I)
 _AMBIGUOUS = re.compile(r"^\s*(?:what about|and|how about|it|this|that|they)\b|\b(?:it|this|that)\?\s*$", re.I)
 _UNKNOWABLE = re.compile(r"\b(?:tomorrow|next (?:year|week|month)|will .* win|lottery|my (?:password|name|age))\b", re.I)
 
 NUMERIC_FEATURES = (
     "log_chars", "words", "numbers", "arithmetic", "code", "multi_hop", "multi_step", "instruction",
-    "ambiguous", "unknowable", "question_mark", "yes_no", "coverage", "past_success", "past_runs", "turn",
+    "ambiguous", "unknowable", "question_mark", "yes_no", "comparison", "coverage", "past_success", "past_runs", "turn",
 )
 HASH_DIM = 128
 
@@ -49,6 +55,7 @@ def extract(question: str, *, coverage: Callable[[str], float] | None = None,
         "unknowable": float(bool(_UNKNOWABLE.search(question))),
         "question_mark": float(question.strip().endswith("?")),
         "yes_no": float(bool(_YES_NO.search(question))),
+        "comparison": float(bool(_COMPARISON.search(question))),
         "coverage": float(coverage(question)) if coverage else 0.0,
         "past_success": 0.0,
         "past_runs": 0.0,

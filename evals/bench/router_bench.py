@@ -1,19 +1,20 @@
 """Benchmark: every router's accuracy, tokens and calibration on a mixed dev suite (issue 7).
 
-    .venv/bin/python evals/bench/router_bench.py [--per-suite 200] [--actions direct,reason,plan] [--folds 2]
-        [--budget 4096] [--pool 300] [--lambda 0.3,0.1,0.05] [--split-seeds 1,2,3,4,5] [--skip-self] [--out DIR]
+    .venv/bin/python evals/bench/router_bench.py [--per-suite 200,hotpotqa=500] [--actions direct,reason,plan] [--folds 2]
+        [--budget 4096] [--pool 500] [--lambda 0.3,0.1,0.05] [--split-seeds 1,2,3,4,5] [--skip-self] [--out DIR]
 
 1. Collect: every action on every question with the embedded model, resumably: each finished
    (question, action) is appended to DIR/runs.jsonl and never redone (a killed run resumes); the rewarded
    trajectories (reward = verifier score, verdict = pass/fail) go to DIR/rewarded.jsonl. The private index
    is the pooled paragraphs of the first --pool HotpotQA dev questions, so plan runs on HotpotQA only;
-   elsewhere no router may choose plan, and fixed:plan answers with direct.
+   elsewhere no router may choose plan, and fixed:plan answers with direct. A plan run records its --pool,
+   and only runs over the same index are reused.
 2. K-fold cross-fitting (default 2: train / held-out halves, then swapped): the learned router of each fold
    is fit on the other folds' rewarded runs, so every question is scored by a router that never saw it.
    The split is repeated with each --split-seeds seed.
 3. Evaluate on all questions: fixed actions, rules, cascade, self, learned (at each lambda) and the oracle,
    counterfactually from the exhaustive cache (each router's chosen action is looked up, so every router
-   sees the same runs). The self router's label scoring is run once (a model call per question).
+   sees the same runs). The self router's label scoring is run once per question (a model call) and cached.
 Prints: accuracy, tokens per item, ECE of p_success (against the verifier's pass/fail verdict) and decision
 p50 per router; where the learned router's accuracy comes from, per suite; the learned router on every split.
 Acceptance (issue 7): learned >= best fixed accuracy with <= 60% of its tokens; ECE <= 0.05; overhead p50 <= 5 ms.
@@ -39,13 +40,31 @@ from rich.table import Table  # noqa: E402
 SUITES = ("gsm8k", "simpleqa", "ifeval", "hotpotqa")
 
 
-def load_items(per_suite: int, seed: int) -> list:
+def suite_sizes(spec: str) -> dict[str, int]:
+    """``"200"`` -> 200 questions from every suite; ``"200,hotpotqa=500"`` -> 500 from HotpotQA."""
+    sizes: dict[str, int] = {}
+    try:
+        for part in spec.split(","):
+            name, _, n = part.rpartition("=")
+            for suite in [name] if name else SUITES:
+                if suite not in SUITES:
+                    raise SystemExit(f"--per-suite: unknown suite {suite!r}; the suites are {', '.join(SUITES)}")
+                sizes[suite] = int(n)
+    except ValueError:
+        raise SystemExit(f"--per-suite: {spec!r} is not N or N,suite=N (e.g. 200,hotpotqa=500)") from None
+    missing = [s for s in SUITES if s not in sizes]
+    if missing:
+        raise SystemExit(f"--per-suite: no size for {', '.join(missing)}; start with a default N (e.g. 200,hotpotqa=500)")
+    return sizes
+
+
+def load_items(sizes: dict[str, int], seed: int) -> list:
     from evals.suites import load_suite
 
     items = []
     for name in SUITES:
         suite = load_suite(name)
-        chosen = suite.items[:per_suite]
+        chosen = suite.items[: sizes[name]]
         for it in chosen:
             it.id = f"{name}/{it.id}"
         items += chosen
@@ -95,7 +114,15 @@ async def collect(items, actions, out: Path, budget: int, workers: int, pool: in
         for line in runs_path.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
+                if "run_id" not in r:
+                    raise SystemExit(f"{runs_path} predates run ids; delete {out} or pass another --out")
+                if r["action"] == "plan" and r.get("pool") != pool:
+                    continue  # searched another index: run it again over this one
                 done[(r["id"], r["action"])] = r
+    asked = sum(covered(it) for it in items)  # the suite's questions are the first dev questions, in order
+    if "plan" in actions and pool < asked:
+        raise SystemExit(f"--pool {pool} leaves some of the {asked} HotpotQA questions out of the index; "
+                         f"pass --pool {asked} or more")
     todo = [(it, a) for it in items for a in available(it, actions) if (it.id, a) not in done]
     agent = Agent(home=out / "home")
     planner = plan_agent(out, pool) if any(a == "plan" for _, a in todo) else None
@@ -109,9 +136,11 @@ async def collect(items, actions, out: Path, budget: int, workers: int, pool: in
         rec = find_record(runner.writer.path, res.trajectory_id)
         answer_lp = [s for s in rec.steps if s.get("kind") == "model_call" and s.get("name") in ("answer", "synthesize")]
         lps = (answer_lp[-1]["completion_logprobs"][0] or []) if answer_lp else []
-        row = {"id": item.id, "action": action, "question": item.question, "answer": res.answer,
+        row = {"id": item.id, "run_id": rec.run_id, "action": action, "question": item.question, "answer": res.answer,
                "score": scored.score, "correct": scored.correct, "tokens": res.usage.total_tokens,
                "budget": budget, "confidence": sum(lps) / len(lps) if lps else None}
+        if action == "plan":
+            row["pool"] = pool
         verdict = RewardBreakdown(score=scored.score, correct=scored.correct, verifier=item.verifier)
         rewarded = rec.model_copy(update={"reward": max(0.0, scored.score), "rewards": {"eval": verdict}})
         with open(rewarded_path, "a") as f:
@@ -132,10 +161,11 @@ def _train_fold(items, actions, runs: dict, train_ids: set, out: Path, lam: floa
     from agentrt.routing.train import train_router
 
     id_of = {it.question: it.id for it in items if it.id in train_ids}
+    in_use = {r["run_id"] for r in runs.values()}  # e.g. not the plan runs over another index
     lines = []
     for ln in (out / "rewarded.jsonl").read_text().splitlines():
         rec = json.loads(ln) if ln.strip() else None
-        if rec is None or rec["question"] not in id_of or rec["route"] not in actions:
+        if rec is None or rec["question"] not in id_of or rec["route"] not in actions or rec["run_id"] not in in_use:
             continue
         if "eval" not in rec.get("rewards", {}):  # cached before verdicts were recorded: add it from runs.jsonl
             run = runs[(id_of[rec["question"]], rec["route"])]
@@ -165,24 +195,35 @@ class Replay:
 
 async def self_decisions(items, actions, out: Path, budget: int, lam: float) -> dict:
     """The self router on every question (the policy scores the action labels), one at a time so that
-    its decision time is one model call's, not a queue's."""
+    its decision time is one model call's, not a queue's. Cached resumably like the runs."""
     from agentrt import Agent
     from agentrt.config import Settings
-    from agentrt.routing import extract, make_router
+    from agentrt.routing import RouteDecision, extract, make_router
 
-    policy = Agent(home=out / "home").policy
-    settings = Settings(home=out / "home", router_lambda=lam)
-    routers = {on: make_router("self", settings, policy=policy, cfg=utility_config(lam, on)) for on in (True, False)}
+    cache = out / f"self-lambda{lam}-budget{budget}.jsonl"
     decisions = {}
-    with Progress() as progress:
-        task = progress.add_task("self router: scoring the action labels", total=len(items))
-        for it in items:
-            t = time.perf_counter()
-            router = routers[covered(it)]
-            d = await router.decide(it.question, extract(it.question), budget)
-            decisions[it.question] = (d, (time.perf_counter() - t) * 1000)
-            progress.advance(task)
-    return decisions
+    if cache.exists():
+        for line in cache.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                decisions[(r["question"], r["on_index"])] = (RouteDecision.model_validate(r["decision"]), r["ms"])
+    todo = [it for it in items if (it.question, covered(it)) not in decisions]
+    if todo:
+        policy = Agent(home=out / "home").policy
+        settings = Settings(home=out / "home", router_lambda=lam)
+        routers = {on: make_router("self", settings, policy=policy, cfg=utility_config(lam, on)) for on in (True, False)}
+        with Progress() as progress, open(cache, "a") as f:
+            task = progress.add_task("self router: scoring the action labels", total=len(todo))
+            for it in todo:
+                t = time.perf_counter()
+                d = await routers[covered(it)].decide(it.question, extract(it.question), budget)
+                ms = (time.perf_counter() - t) * 1000
+                decisions[(it.question, covered(it))] = (d, ms)
+                f.write(json.dumps({"question": it.question, "on_index": covered(it), "ms": ms,
+                                    "decision": d.model_dump()}) + "\n")
+                f.flush()
+                progress.advance(task)
+    return {it.question: decisions[(it.question, covered(it))] for it in items}
 
 
 def evaluate(items, actions, runs, out: Path, budget: int, lams: list[float], folds: int,
@@ -305,10 +346,11 @@ def splits_table(results: dict[int, list[tuple]], actions, n: int) -> Table:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--per-suite", type=int, default=200)
+    ap.add_argument("--per-suite", default="200,hotpotqa=500",
+                    help="questions per suite: N, or N,suite=N to size one suite apart (e.g. 200,hotpotqa=500)")
     ap.add_argument("--actions", default="direct,reason,plan")
     ap.add_argument("--budget", type=int, default=4096, help="every run's and every decision's token budget")
-    ap.add_argument("--pool", type=int, default=300,
+    ap.add_argument("--pool", type=int, default=500,
                     help="the private index: the pooled paragraphs of the first N HotpotQA dev questions")
     ap.add_argument("--lambda", dest="lams", default="0.3,0.1,0.05",
                     help="token prices to score the learned router at, comma-separated; the first is the headline "
@@ -330,7 +372,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     actions = args.actions.split(",")
     lams = [float(x) for x in args.lams.split(",")]
-    items = load_items(args.per_suite, seed=0)
+    items = load_items(suite_sizes(args.per_suite), seed=0)
     runs = asyncio.run(collect(items, actions, out, args.budget, args.workers, args.pool))
     seeds = [int(x) for x in args.split_seeds.split(",")]
     self_made = None if args.skip_self else asyncio.run(self_decisions(items, actions, out, args.budget, lams[0]))
