@@ -186,7 +186,6 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     return model
 
 
-
 def _nll(pairs: list[tuple[float | None, float]]) -> float:
     """Mean negative log-likelihood of (logit, outcome) pairs; pairs without a logit are skipped."""
     total, n = 0.0, 0

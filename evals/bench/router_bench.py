@@ -156,13 +156,12 @@ async def collect(items, actions, out: Path, budget: int, workers: int, pool: in
     return done
 
 
-def _train_fold(items, actions, runs: dict, train_ids: set, out: Path, lam: float, budget: int, fold: int):
-    """The learned router fit on the rewarded runs of ``train_ids`` only."""
-    from agentrt.routing.train import train_router
-
-    id_of = {it.question: it.id for it in items if it.id in train_ids}
+def training_records(items, actions, runs: dict, out: Path, budget: int) -> list[tuple[str, str]]:
+    """(question id, JSON line) of the rewarded trajectories of the runs in use, ready to train on, in the
+    cache's order (read once: every fold of every split picks its questions from them)."""
+    id_of = {it.question: it.id for it in items}
     in_use = {r["run_id"] for r in runs.values()}  # e.g. not the plan runs over another index
-    lines = []
+    records = []
     for ln in (out / "rewarded.jsonl").read_text().splitlines():
         rec = json.loads(ln) if ln.strip() else None
         if rec is None or rec["question"] not in id_of or rec["route"] not in actions or rec["run_id"] not in in_use:
@@ -173,9 +172,16 @@ def _train_fold(items, actions, runs: dict, train_ids: set, out: Path, lam: floa
         # direct / reason runs cached at budget 1024 spend the same at the decision budget (their caps bind
         # first), so every run is priced against the one budget the routers decide with
         rec["budget"]["total"] = budget
-        lines.append(json.dumps(rec))
+        records.append((id_of[rec["question"]], json.dumps(rec)))
+    return records
+
+
+def _train_fold(records: list[tuple[str, str]], train_ids: set, out: Path, lam: float, fold: int):
+    """The learned router fit on the rewarded runs of ``train_ids`` only."""
+    from agentrt.routing.train import train_router
+
     train_file = out / f"rewarded-train-fold{fold}.jsonl"
-    train_file.write_text("\n".join(lines) + "\n")
+    train_file.write_text("".join(line + "\n" for q, line in records if q in train_ids))
     model = train_router([train_file], lam=lam)
     model.save(out / f"router-fold{fold}.json")
     return model
@@ -193,7 +199,7 @@ class Replay:
         return self.decisions[question][0]
 
 
-async def self_decisions(items, actions, out: Path, budget: int, lam: float) -> dict:
+async def self_decisions(items, out: Path, budget: int, lam: float) -> dict:
     """The self router on every question (the policy scores the action labels), one at a time so that
     its decision time is one model call's, not a queue's. Cached resumably like the runs."""
     from agentrt import Agent
@@ -226,8 +232,8 @@ async def self_decisions(items, actions, out: Path, budget: int, lam: float) -> 
     return {it.question: decisions[(it.question, covered(it))] for it in items}
 
 
-def evaluate(items, actions, runs, out: Path, budget: int, lams: list[float], folds: int,
-             seed: int = 1, self_made: dict | None = None) -> tuple[list[tuple], dict, list]:
+def evaluate(items, actions, runs, records: list[tuple[str, str]], out: Path, budget: int, lams: list[float],
+             folds: int, seed: int = 1, self_made: dict | None = None) -> tuple[list[tuple], dict, list]:
     """K-fold cross-fitting: every question is scored by a learned router that never saw it, and the
     held-out predictions of all folds are pooled (one random split's base rate would sway ECE).
     The learned router is scored at each lambda in ``lams`` (the first one is also the other routers').
@@ -248,7 +254,7 @@ def evaluate(items, actions, runs, out: Path, budget: int, lams: list[float], fo
 
     per_fold, metrics = {}, []
     for k in range(folds):
-        model = _train_fold(items, actions, runs, {q for q in questions if fold_of[q] != k}, out, lams[0], budget, k)
+        model = _train_fold(records, {q for q in questions if fold_of[q] != k}, out, lams[0], k)
         metrics.append(model.metrics)
         for lam in lams:
             per_fold[(k, lam)] = build(f"learned:{out / f'router-fold{k}.json'}", lam)
@@ -374,12 +380,13 @@ def main() -> None:
     lams = [float(x) for x in args.lams.split(",")]
     items = load_items(suite_sizes(args.per_suite), seed=0)
     runs = asyncio.run(collect(items, actions, out, args.budget, args.workers, args.pool))
+    records = training_records(items, actions, runs, out, args.budget)
     seeds = [int(x) for x in args.split_seeds.split(",")]
-    self_made = None if args.skip_self else asyncio.run(self_decisions(items, actions, out, args.budget, lams[0]))
+    self_made = None if args.skip_self else asyncio.run(self_decisions(items, out, args.budget, lams[0]))
     results = {}
     for seed in seeds:
-        results[seed], picks, metrics = evaluate(items, actions, runs, out, args.budget, lams, args.folds, seed,
-                                                 self_made)
+        results[seed], picks, metrics = evaluate(items, actions, runs, records, out, args.budget, lams, args.folds,
+                                                 seed, self_made)
         if seed == seeds[0]:
             first = (picks, metrics)
     picks, metrics = first
