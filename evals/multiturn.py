@@ -215,7 +215,7 @@ async def use_corpus(agent: Any, path: str | Path) -> str:
         return current
     name = await asyncio.to_thread(_index_once, agent.settings, Path(path))
     if current != name and current.startswith("eval-"):
-        from agentrt.errors import InputError
+        from agentrt.core.errors import InputError
 
         raise InputError(f"this eval already searches corpus {current!r}; run suites with different corpora "
                          "in separate evals")

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentrt.errors import missing_extra
+from agentrt.core.errors import missing_extra
 
 
 def write_reports(out: Path, metrics: dict[str, Any], meta: dict[str, Any]) -> dict[str, Path]:

@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from evals.suites import Item
 
 
@@ -70,17 +70,17 @@ ROUTERS: dict[str, str] = {}
 
 def make_router(spec: str) -> EvalRouter:
     """``fixed:<route>`` | ``rules`` | ``self`` | ``cascade`` | ``learned:PATH`` | a name registered in ROUTERS."""
-    from agentrt.routes import ROUTE_FUNCTIONS
+    from agentrt.core.types import ROUTES
 
     kind, _, arg = spec.partition(":")
     if kind == "fixed":
-        if arg not in ROUTE_FUNCTIONS:
-            raise InputError(f"unknown route in router {spec!r}; choose fixed:{' | fixed:'.join(ROUTE_FUNCTIONS)}")
+        if arg not in ROUTES:
+            raise InputError(f"unknown route in router {spec!r}; choose fixed:{' | fixed:'.join(ROUTES)}")
         return FixedRouter(arg)
     if spec in ("rules", "self", "cascade"):
         return AgentRouter(spec)
     if kind == "learned" and arg:
-        from agentrt.errors import ConfigError
+        from agentrt.core.errors import ConfigError
         from agentrt.routing.learned import RouterModel
 
         try:
@@ -91,5 +91,5 @@ def make_router(spec: str) -> EvalRouter:
     if kind in ROUTERS:
         module, _, factory = ROUTERS[kind].partition(":")
         return getattr(importlib.import_module(module), factory)(arg)
-    known = [f"fixed:{r}" for r in ROUTE_FUNCTIONS] + ["rules", "self", "cascade", "learned:PATH"] + sorted(ROUTERS)
+    known = [f"fixed:{r}" for r in ROUTES] + ["rules", "self", "cascade", "learned:PATH"] + sorted(ROUTERS)
     raise InputError(f"unknown router {spec!r}; choose one of: {', '.join(known)}")

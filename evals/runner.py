@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from evals.routers import EvalRouter
 from evals.suites import Item, Suite
 from evals.verifiers import Scored, score_item
@@ -319,7 +319,7 @@ def validate(config: EvalConfig) -> tuple[list[EvalRouter], list[Suite]]:
 def evaluate(config: EvalConfig, *, agent: Any = None, progress: bool = False, executor: Any = None) -> dict[str, Any]:
     """Run (or resume) an eval and write its reports; returns the metrics (as in report.json).
 
-    ``executor``: where the runs happen (``agentrt.executors``; default: asyncio workers in this process).
+    ``executor``: where the runs happen (``agentrt.batch.executors``; default: asyncio workers in this process).
     """
     from evals.metrics import compute
     from evals.report import write_reports

@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrt.errors import InputError, missing_extra
+from agentrt.core.errors import InputError, missing_extra
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TYPES = ("math", "qa", "code", "instruction", "unanswerable")
-# The verifier each type uses unless a line names one (see agentrt.rewards.VERIFIERS).
+# The verifier each type uses unless a line names one (see agentrt.trajectory.rewards.VERIFIERS).
 DEFAULT_VERIFIER = {"math": "math", "qa": "qa", "code": "unit_tests", "instruction": "ifeval", "unanswerable": "abstain"}
 SHIPPED = ("gsm8k", "math500", "ifeval", "simpleqa")
 PACKAGED = ("humaneval", "hotpotqa")
@@ -65,7 +65,7 @@ class Item:
     plan_check: bool = False  # also run ``question`` alone with route plan
 
     def ground_truth(self) -> Any:
-        """What ``agentrt.rewards.score(self.verifier, response, ground_truth)`` expects."""
+        """What ``agentrt.trajectory.rewards.score(self.verifier, response, ground_truth)`` expects."""
         if self.verifier == "unit_tests":
             return {"test": self.tests, "entry_point": self.entry_point, "prompt": self.question}
         if self.verifier == "ifeval":
@@ -127,7 +127,7 @@ def parse_item(obj: Any, where: str, base: Path | None = None) -> Item:
             raise InputError(f"{where}: field 'kwargs' must be a list of objects, one per instruction id")
         item.kwargs = kwargs
     item.verifier = obj.get("verifier") or DEFAULT_VERIFIER[kind]
-    from agentrt.rewards import VERIFIERS
+    from agentrt.trajectory.rewards import VERIFIERS
 
     if item.verifier not in VERIFIERS and item.verifier != "abstain":
         raise InputError(f"{where}: field 'verifier' must be one of {', '.join(VERIFIERS)}, got {item.verifier!r}")

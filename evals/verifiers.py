@@ -1,6 +1,6 @@
-"""Scoring eval answers: a thin adapter over ``agentrt.rewards`` plus abstention.
+"""Scoring eval answers: a thin adapter over ``agentrt.trajectory.rewards`` plus abstention.
 
-``agentrt.rewards`` holds the verifiers (numeric, math, qa, unit_tests, ifeval). This adds what the
+``agentrt.trajectory.rewards`` holds the verifiers (numeric, math, qa, unit_tests, ifeval). This adds what the
 harness needs on top: recognizing an abstention, and scoring ``unanswerable`` items (1 when the
 agent abstained, else 0). An answerable item the agent abstained on scores whatever its verifier says
 (normally 0).
@@ -42,7 +42,7 @@ def score_item(item: Item, answer: str, route: str = "") -> Scored:
     abstained = is_abstention(answer, route)
     if item.type == "unanswerable":
         return Scored(float(abstained), abstained, abstained, "abstained" if abstained else "answered an unanswerable question")
-    from agentrt.rewards import score
+    from agentrt.trajectory.rewards import score
 
     try:
         reward = score(item.verifier, answer, item.ground_truth())

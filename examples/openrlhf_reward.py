@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from agentrt.rewards import score
+from agentrt.trajectory.rewards import score
 
 _JSON_TRUTHS = ("qa", "unit_tests", "ifeval")
 

@@ -1,7 +1,7 @@
 """Watch a run as typed events: route decision, each model call, the budget, the answer."""
 
 from agentrt import Agent
-from agentrt.events import Answer, BudgetUpdate, RouteDecided, StepFinished, StepStarted
+from agentrt.app.events import Answer, BudgetUpdate, RouteDecided, StepFinished, StepStarted
 
 agent = Agent()
 for event in agent.stream("What is 17 + 25?", budget=300, thinking_cap=32):

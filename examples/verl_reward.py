@@ -5,7 +5,7 @@
 verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info)`` per response. The
 export puts the verifier name in ``extra_info["verifier"]`` and writes list/dict ground truths (qa
 answers, unit tests, IFEval kwargs) as JSON strings; this turns them back and scores with
-``agentrt.rewards.score`` — the same reward the rollout recorded.
+``agentrt.trajectory.rewards.score`` — the same reward the rollout recorded.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentrt.rewards import score, verifier_for
+from agentrt.trajectory.rewards import score, verifier_for
 
 _JSON_TRUTHS = ("qa", "unit_tests", "ifeval")
 

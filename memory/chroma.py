@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from agentrt.errors import AgentrtError, BackendError, ConfigError, InputError, missing_extra
+from agentrt.core.errors import AgentrtError, BackendError, ConfigError, InputError, missing_extra
 from memory.embeddings import get_embedder
 from memory.protocol import Hit, Metadata
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt.budget import Budget
-from agentrt.errors import BudgetExceeded, InputError
-from agentrt.types import GenParams, Message, as_messages
+from agentrt.core.budget import Budget
+from agentrt.core.errors import BudgetExceeded, InputError
+from agentrt.core.types import GenParams, Message, as_messages
 from memory.protocol import MemoryStore, memory_op
 
 SUMMARY_PREFIX = "Summary of earlier turns (originals archived in memory):"

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from agentrt.errors import InputError, missing_extra
+from agentrt.core.errors import InputError, missing_extra
 from memory.protocol import Hit
 
 Mode = Literal["hybrid", "vector", "bm25"]

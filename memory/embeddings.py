@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agentrt.errors import ConfigError, InputError, missing_extra
+from agentrt.core.errors import ConfigError, InputError, missing_extra
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384

@@ -16,8 +16,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agentrt.errors import InputError
-from agentrt.types import ROUTES
+from agentrt.core.errors import InputError
+from agentrt.core.types import ROUTES
 from memory.protocol import MemoryStore, memory_op
 
 KIND = "episode"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrt.errors import ConfigError, InputError, missing_extra
+from agentrt.core.errors import ConfigError, InputError, missing_extra
 
 SUFFIXES = (".txt", ".md", ".jsonl")
 MAX_WORDS = 180  # MiniLM sees at most 256 word pieces; ~180 words fit in most English text

@@ -10,7 +10,7 @@ import hashlib
 import time
 from typing import Any
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from memory.protocol import Hit, MemoryStore, memory_op
 
 KIND = "note"

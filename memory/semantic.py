@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from memory.protocol import Hit, MemoryStore, memory_op
 
 KIND = "fact"

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentrt.errors import BudgetExceeded
-from agentrt.types import Completion, GenParams, Message
+from agentrt.core.errors import BudgetExceeded
+from agentrt.core.types import Completion, GenParams, Message
 from planners.heuristic import HeuristicPlanner
 from planners.plan import Plan, PlanError, Step, check_quality, validate_plan
 

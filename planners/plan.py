@@ -12,7 +12,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 
 PLACEHOLDER = re.compile(r"\{(s\d+)\}")
 

@@ -32,7 +32,7 @@ def agentrt_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def embedded():
     """The real embedded model (SmolLM2-135M-Instruct, fp32, CPU), shared by the whole session."""
     from agentrt.backends import load_backend
-    from agentrt.config import Settings
+    from agentrt.core.config import Settings
 
     backend = load_backend("hf:embedded", Settings())
     yield backend

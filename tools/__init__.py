@@ -7,7 +7,7 @@
 Built-ins: ``calculator``, ``search`` / ``fetch`` / ``memory_read`` / ``memory_write`` (over a callable
 or store the runtime hands in: tools/ never imports memory/), ``python`` (sandboxed, off unless
 ``Settings.allow_python``), ``ask_user``, and the tools of any MCP server (``tools.mcp``, extra ``mcp``).
-The loop that lets a model call them is ``agentrt.toolcall.run_tool_loop``.
+The loop that lets a model call them is ``agentrt.routes.toolcall.run_tool_loop``.
 """
 
 from tools.base import Tool, ToolError, ToolResult, execute, tool

@@ -28,7 +28,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 DEFAULT_TIMEOUT_S = 30.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from tools._hits import field
 from tools.base import Tool, ToolError, tool
 

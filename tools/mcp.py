@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from agentrt.errors import BackendError, missing_extra
+from agentrt.core.errors import BackendError, missing_extra
 from tools.base import Tool, ToolError, clean_schema
 
 

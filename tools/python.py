@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrt.errors import InputError, RunError
+from agentrt.core.errors import InputError, RunError
 from tools.base import Tool, tool
 
 CHILD = Path(__file__).with_name("_sandbox_child.py")

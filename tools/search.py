@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from tools._hits import clip, field
 from tools.base import Tool, ToolError, tool
 

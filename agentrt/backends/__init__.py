@@ -15,11 +15,11 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from agentrt.errors import ConfigError
+from agentrt.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from agentrt.config import Settings
-    from agentrt.protocols import ModelBackend
+    from agentrt.core.config import Settings
+    from agentrt.core.protocols import ModelBackend
 
 # kind -> "module:factory"; the factory takes (arg, settings) and returns a ModelBackend.
 BACKEND_KINDS: dict[str, str] = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrt.errors import ConfigError, InputError
-from agentrt.types import GenParams
+from agentrt.core.errors import ConfigError, InputError
+from agentrt.core.types import GenParams
 
 
 def check_request(prompt_tokens: int, params: GenParams, context_length: int, model: str) -> None:

@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from agentrt.errors import ConfigError
+from agentrt.core.errors import ConfigError
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 _FOLDER = "SmolLM2-135M-Instruct-fp32"

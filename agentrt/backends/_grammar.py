@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentrt.errors import missing_extra
-from agentrt.types import GenParams
+from agentrt.core.errors import missing_extra
+from agentrt.core.types import GenParams
 
 try:
     import torch

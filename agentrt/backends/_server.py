@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrt.errors import BackendError, ConfigError
+from agentrt.core.errors import BackendError, ConfigError
 
 
 def vllm_python() -> str:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.backends._checks import check_request
-from agentrt.errors import BackendError, ConfigError, missing_extra
-from agentrt.types import Choice, Completion, GenParams, Message, Usage
+from agentrt.core.errors import BackendError, ConfigError, missing_extra
+from agentrt.core.types import Choice, Completion, GenParams, Message, Usage
 
 try:
     import torch

@@ -27,8 +27,8 @@ from typing import Any
 
 from agentrt.backends._checks import parse_options
 from agentrt.backends._loop import BackgroundLoop
-from agentrt.errors import BackendError, ConfigError, InputError, missing_extra
-from agentrt.types import Choice, Completion, GenParams, Message, Usage
+from agentrt.core.errors import BackendError, ConfigError, InputError, missing_extra
+from agentrt.core.types import Choice, Completion, GenParams, Message, Usage
 
 try:
     import httpx
@@ -159,7 +159,7 @@ class OpenAIBackend:
                 return self._loop.run_sync(self._tokenize(dicts, prefill, kwargs), timeout=self.deadline_s)
             except BackendError:
                 pass  # no endpoint answered: fall back to a safe estimate rather than fail the count
-        from agentrt.tokens import count_chat_tokens, estimate_margin
+        from agentrt.core.tokens import count_chat_tokens, estimate_margin
 
         n = count_chat_tokens(dicts, self.encoding)
         return n + estimate_margin(n)

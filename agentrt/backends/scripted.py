@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from agentrt.types import Choice, Completion, GenParams, Message, Usage
+from agentrt.core.types import Choice, Completion, GenParams, Message, Usage
 
 Reply = str | Callable[[list[Message], GenParams], str]
 

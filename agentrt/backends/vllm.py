@@ -22,8 +22,8 @@ from typing import Any
 
 from agentrt.backends._loop import BackgroundLoop
 from agentrt.backends._checks import check_request, parse_options
-from agentrt.errors import BackendError, ConfigError, missing_extra
-from agentrt.types import Choice, Completion, GenParams, Message, Usage
+from agentrt.core.errors import BackendError, ConfigError, missing_extra
+from agentrt.core.types import Choice, Completion, GenParams, Message, Usage
 
 # vLLM logs every request at INFO and a page of CPU advice at WARNING; a CLI user wants answers.
 # VLLM_LOGGING_LEVEL=INFO brings it back.

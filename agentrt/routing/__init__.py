@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrt.errors import ConfigError
+from agentrt.core.errors import ConfigError
 from agentrt.routing.decision import ACTIONS, RouteDecision, UtilityConfig, choose
 from agentrt.routing.features import extract
 
@@ -46,8 +46,17 @@ class CascadeRouter:
         return d
 
 
-def make_router(spec: str, settings: Any, *, policy: Any = None, cfg: UtilityConfig | None = None) -> Any:
-    """Build the router a spec names; unknown specs raise ConfigError listing the valid ones."""
+async def _no_scorer(*_: Any) -> list[float]:
+    raise ConfigError("the self router scores through a run: use it from Agent.run (router='self')")
+
+
+def make_router(spec: str, settings: Any, *, policy: Any = None, scorer: Any = None,
+                cfg: UtilityConfig | None = None) -> Any:
+    """Build the router a spec names; unknown specs raise ConfigError listing the valid ones.
+
+    ``scorer`` (the run's ``RunContext.score``) is what the ``self`` router scores its labels with;
+    ``policy``, when given, is checked to be able to score.
+    """
     from agentrt.routing.rules import FixedRouter, RulesRouter
 
     cfg = cfg or UtilityConfig(lam=getattr(settings, "router_lambda", 0.3),
@@ -64,9 +73,9 @@ def make_router(spec: str, settings: Any, *, policy: Any = None, cfg: UtilityCon
     if kind == "self" and not arg:
         from agentrt.routing.selfscore import SelfRouter
 
-        if policy is None:
-            raise ConfigError("the self router needs the policy backend")
-        return SelfRouter(policy, settings, cfg)
+        if policy is not None and not hasattr(policy, "score"):
+            raise ConfigError(f"the self router needs a backend that can score text (hf:...); {policy.name} cannot")
+        return SelfRouter(scorer or _no_scorer, settings, cfg)
     if kind == "learned" and arg:
         from agentrt.routing.learned import LearnedRouter, RouterModel
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
+from agentrt.core.types import ROUTES
 
-ACTIONS: tuple[str, ...] = ("direct", "reason", "plan", "ask", "abstain")
+ACTIONS: tuple[str, ...] = ROUTES  # the router chooses among the routes (agentrt.routes registers them)
 
 
 class RouteDecision(BaseModel):
@@ -31,7 +32,6 @@ class RouteDecision(BaseModel):
     utility: dict[str, float]
     features: dict[str, Any] = {}
     reason: str = ""
-    cost_tokens: int = 0  # tokens the decision itself spent (the self router scores with the model)
     escalation: list[str] = []  # cascade: routes to try next when confidence is low
 
     def to_step(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _ARITHMETIC = re.compile(r"\d\s*[-+*/x×^%]\s*\d|\bhow (many|much)\b|\bcalculate\b|\bsolve\b|\bsum\b|\bproduct\b|\bpercent", re.I)
@@ -31,6 +31,17 @@ _COMPARISON = re.compile(
 _AMBIGUOUS = re.compile(r"^\s*(?:what about|and|how about|it|this|that|they)\b|\b(?:it|this|that)\?\s*$", re.I)
 _UNKNOWABLE = re.compile(r"\b(?:tomorrow|next (?:year|week|month)|will .* win|lottery|my (?:password|name|age))\b", re.I)
 
+_PERSONAL = re.compile(r"\bmy (password|name|age)\b", re.I)
+
+
+def _role(message: Any) -> str:
+    return message["role"] if isinstance(message, dict) else message.role
+
+
+def _content(message: Any) -> str:
+    return message["content"] if isinstance(message, dict) else message.content
+
+
 NUMERIC_FEATURES = (
     "log_chars", "words", "numbers", "arithmetic", "code", "multi_hop", "multi_step", "instruction",
     "ambiguous", "unknowable", "question_mark", "yes_no", "comparison", "coverage", "past_success", "past_runs", "turn",
@@ -39,9 +50,20 @@ HASH_DIM = 128
 
 
 def extract(question: str, *, coverage: Callable[[str], float] | None = None,
-            similar_runs: Callable[[str], list[dict[str, Any]]] | None = None, turn: int = 0) -> dict[str, float]:
-    """Numeric features of ``question`` (names in ``NUMERIC_FEATURES``)."""
+            similar_runs: Callable[[str], list[dict[str, Any]]] | None = None,
+            history: Sequence[Any] = ()) -> dict[str, float]:
+    """Numeric features of ``question`` (names in ``NUMERIC_FEATURES``) in its conversation.
+
+    ``history`` (earlier messages, objects with ``role``/``content`` or dicts) is context, not question:
+    it sets ``turn`` (prior user turns), resolves references ("it", "that") that would otherwise make a
+    question ambiguous, and makes "my name"-style questions answerable when the user said so before.
+    """
     words = question.split()
+    said = " ".join(_content(m) for m in history if _role(m) == "user").lower()
+    turn = sum(1 for m in history if _role(m) == "user")
+    personal = _PERSONAL.search(question)
+    unknowable = bool(_UNKNOWABLE.search(question)) and not (personal and f"my {personal[1].lower()}" in said)
+    ambiguous = (len(words) <= 2 or bool(_AMBIGUOUS.search(question))) and not history
     f: dict[str, float] = {
         "log_chars": math.log1p(len(question)),
         "words": float(len(words)),
@@ -51,8 +73,8 @@ def extract(question: str, *, coverage: Callable[[str], float] | None = None,
         "multi_hop": float(bool(_MULTI_HOP.search(question))),
         "multi_step": float(bool(_MULTI_STEP.search(question))),
         "instruction": float(bool(_INSTRUCTION.search(question))),
-        "ambiguous": float(len(words) <= 2 or bool(_AMBIGUOUS.search(question))),
-        "unknowable": float(bool(_UNKNOWABLE.search(question))),
+        "ambiguous": float(ambiguous),
+        "unknowable": float(unknowable),
         "question_mark": float(question.strip().endswith("?")),
         "yes_no": float(bool(_YES_NO.search(question))),
         "comparison": float(bool(_COMPARISON.search(question))),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrt.errors import ConfigError
+from agentrt.core.errors import ConfigError
 from agentrt.routing.decision import RouteDecision, UtilityConfig, choose
 from agentrt.routing.features import HASH_DIM, NUMERIC_FEATURES, vectorize
 

@@ -8,12 +8,12 @@ preference is a weak signal on its own), then the utility rule decides.
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentrt.errors import ConfigError
 from agentrt.routing.decision import ACTIONS, RouteDecision, UtilityConfig, choose
 from agentrt.routing.rules import expected_tokens, rule_p_success
-from agentrt.types import Message
+from agentrt.core.types import Message
 
 LABELS = {
     "direct": "answer directly",
@@ -26,15 +26,16 @@ PROMPT = ("How should an assistant handle this request? Options: answer directly
           "search documents, ask a clarifying question, say I don't know.\nRequest: {q}")
 
 
+Scorer = Callable[[str, list[Message], list[str]], Awaitable[list[float]]]
+
+
 class SelfRouter:
-    """Scores ``LABELS`` with the policy (needs a backend with ``score``, e.g. the hf backend)."""
+    """Scores ``LABELS`` with the policy through ``scorer`` (the run's ``RunContext.score``: budgeted, recorded)."""
 
     name = "self"
 
-    def __init__(self, policy: Any, settings: Any, cfg: UtilityConfig | None = None, mix: float = 0.5) -> None:
-        if not hasattr(policy, "score"):
-            raise ConfigError(f"the self router needs a backend that can score text (hf:...); {policy.name} cannot")
-        self.policy = policy
+    def __init__(self, scorer: Scorer, settings: Any, cfg: UtilityConfig | None = None, mix: float = 0.5) -> None:
+        self.scorer = scorer
         self.settings = settings
         self.cfg = cfg or UtilityConfig()
         self.mix = mix
@@ -42,7 +43,7 @@ class SelfRouter:
     async def decide(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:
         messages = [Message("user", PROMPT.format(q=question)), Message("assistant", "The assistant should")]
         actions = list(LABELS)
-        scores, cost = await self.policy.score(messages, [" " + LABELS[a] for a in actions])
+        scores = await self.scorer("route", messages, [" " + LABELS[a] for a in actions])
         top = max(scores)
         weights = [math.exp(s - top) for s in scores]
         z = sum(weights)
@@ -52,6 +53,5 @@ class SelfRouter:
         p = {a: min(0.99, rules[a] * (model_p[a] * len(ACTIONS)) ** self.mix) for a in actions}
         d = choose(self.name, p, expected_tokens(features, self.settings), budget, self.cfg,
                    features={**features, **{f"label_logprob_{a}": round(s, 3) for a, s in zip(actions, scores)}})
-        d.cost_tokens = cost
         d.reason = f"{d.action}: the model prefers '{LABELS[max(model_p, key=model_p.get)]}'; " + d.reason
         return d

@@ -32,7 +32,7 @@ def prompts(n: int) -> list[str]:
 
 
 async def one_round(backend, n: int, max_tokens: int) -> dict:
-    from agentrt.types import GenParams, Message
+    from agentrt.core.types import GenParams, Message
 
     params = GenParams(max_tokens=max_tokens, temperature=0.0)
 
@@ -48,7 +48,7 @@ async def one_round(backend, n: int, max_tokens: int) -> dict:
 
 
 def measure(name: str, backend, n: int, max_tokens: int, rounds: int) -> dict:
-    from agentrt.types import GenParams, Message
+    from agentrt.core.types import GenParams, Message
 
     asyncio.run(backend.chat([Message("user", "Hi")], GenParams(max_tokens=4)))  # warm-up
     runs = [asyncio.run(one_round(backend, n, max_tokens)) for _ in range(rounds)]
@@ -77,7 +77,7 @@ def main() -> int:
     from agentrt.backends._embedded import embedded_model_path
     from agentrt.backends._server import start_vllm_server
     from agentrt.backends.openai import OpenAIBackend
-    from agentrt.config import Settings
+    from agentrt.core.config import Settings
 
     settings = Settings()
     want = args.only or ["hf", "vllm", "openai"]

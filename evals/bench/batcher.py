@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from agentrt.types import GenParams, Message  # noqa: E402
+from agentrt.core.types import GenParams, Message  # noqa: E402
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper.",
@@ -52,7 +52,7 @@ def main() -> None:
 
     from agentrt.backends._embedded import embedded_model_path
     from agentrt.backends.hf import HFBackend
-    from agentrt.config import Settings
+    from agentrt.core.config import Settings
 
     rows = []
     scratch = Path(tempfile.mkdtemp(prefix="agentrt-bench-"))

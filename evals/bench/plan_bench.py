@@ -53,8 +53,8 @@ def _corpus(args: argparse.Namespace):
 
 def quality(args: argparse.Namespace, console: Console) -> None:
     from agentrt import Agent
-    from agentrt.config import load_settings
-    from agentrt.rewards._text import exact_match, f1_score
+    from agentrt.core.config import load_settings
+    from agentrt.trajectory.rewards._text import exact_match, f1_score
     from memory.ingest import load_hotpotqa
 
     corpus = _corpus(args)
@@ -68,7 +68,7 @@ def quality(args: argparse.Namespace, console: Console) -> None:
     qs = load_hotpotqa()[: args.questions]
     agent = Agent(load_settings(home=args.workdir, corpus=corpus.name))
     if args.store:  # the plan route searches this corpus wherever it lives
-        import agentrt.workflow as wf
+        import agentrt.routes.plan as wf
 
         from memory.corpus import resolve_location
 
@@ -116,10 +116,10 @@ def quality(args: argparse.Namespace, console: Console) -> None:
 
 def efficiency(args: argparse.Namespace, console: Console) -> None:
     from agentrt.backends import load_backend
-    from agentrt.budget import Budget
-    from agentrt.config import Settings
-    from agentrt.run import RunContext
-    from agentrt.workflow import PlanOptions, run_plan
+    from agentrt.core.budget import Budget
+    from agentrt.core.config import Settings
+    from agentrt.routes.context import RunContext
+    from agentrt.routes.plan import PlanOptions, run_plan
     from planners import Plan, Step
 
     backend = load_backend("hf:embedded", Settings())
@@ -154,7 +154,7 @@ def efficiency(args: argparse.Namespace, console: Console) -> None:
         return (time.perf_counter() - t0, ctx.budget.spent, s.forward_passes - f0, s.prompt_tokens - p0,
                 s.prefix_cached_tokens - c0, s.prefill_s - pf0, s.decode_s - d0)
 
-    from agentrt.types import GenParams, Message
+    from agentrt.core.types import GenParams, Message
 
     asyncio.run(backend.chat([Message("user", "hi")], GenParams(max_tokens=4)))  # warm-up
     modes = (("fan-out (8 parallel searchers)", parallel), ("same 8 steps one after another", chain))

@@ -51,9 +51,9 @@ def _suite(path: Path, n: int, model: bool) -> Path:
 
 def _run(mode: str, actors: int, inflight: int, suite: Path, policy: str, root: Path) -> dict:
     from agentrt import Agent
-    from agentrt.config import Settings
-    from agentrt.executors import LocalExecutor
-    from agentrt.executors.ray_executor import RayExecutor
+    from agentrt.core.config import Settings
+    from agentrt.batch.executors import LocalExecutor
+    from agentrt.batch.ray import RayExecutor
     from agentrt.trajectory import TrajectoryWriter
     from evals.routers import make_router
     from evals.runner import EvalConfig, plan_tasks

@@ -78,7 +78,7 @@ CORPUS_SUITES = ("hotpotqa",)  # the suites whose questions the private index co
 def plan_agent(out: Path, pool: int):
     """An agent whose private index is the pooled HotpotQA paragraphs (the plan route searches it)."""
     from agentrt import Agent
-    from agentrt.config import load_settings
+    from agentrt.core.config import load_settings
     from evals.bench.plan_bench import hotpot_corpus
 
     home = out / "plan-home"
@@ -178,7 +178,7 @@ def training_records(items, actions, runs: dict, out: Path, budget: int) -> list
 
 def _train_fold(records: list[tuple[str, str]], train_ids: set, out: Path, lam: float, fold: int):
     """The learned router fit on the rewarded runs of ``train_ids`` only."""
-    from agentrt.routing.train import train_router
+    from agentrt.train.router import train_router
 
     train_file = out / f"rewarded-train-fold{fold}.jsonl"
     train_file.write_text("".join(line + "\n" for q, line in records if q in train_ids))
@@ -203,7 +203,7 @@ async def self_decisions(items, out: Path, budget: int, lam: float) -> dict:
     """The self router on every question (the policy scores the action labels), one at a time so that
     its decision time is one model call's, not a queue's. Cached resumably like the runs."""
     from agentrt import Agent
-    from agentrt.config import Settings
+    from agentrt.core.config import Settings
     from agentrt.routing import RouteDecision, extract, make_router
 
     cache = out / f"self-lambda{lam}-budget{budget}.jsonl"
@@ -239,9 +239,9 @@ def evaluate(items, actions, runs, records: list[tuple[str, str]], out: Path, bu
     The learned router is scored at each lambda in ``lams`` (the first one is also the other routers').
     Off the private index (every suite but HotpotQA) routers choose without plan, and fixed:plan answers
     with direct: a plan needs passages to search."""
-    from agentrt.config import Settings
+    from agentrt.core.config import Settings
     from agentrt.routing import extract, make_router
-    from agentrt.routing.train import calibration
+    from agentrt.train.router import calibration
 
     questions = sorted({it.id for it in items})
     random.Random(seed).shuffle(questions)
@@ -370,10 +370,10 @@ def main() -> None:
     args = ap.parse_args()
     import os
 
-    from agentrt.config import default_home
+    from agentrt.core.config import default_home
 
     os.environ.setdefault("AGENTRT_MODELS_DIR", str(default_home() / "models"))  # reuse the converted model
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small solves; see agentrt/commands/route.py
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small solves; see agentrt/app/commands/route.py
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     actions = args.actions.split(",")

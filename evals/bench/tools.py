@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agentrt.backends.scripted import ScriptedBackend  # noqa: E402
-from agentrt.toolcall import run_tool_loop  # noqa: E402
+from agentrt.routes.toolcall import run_tool_loop  # noqa: E402
 from tools import execute, parse_tool_calls  # noqa: E402
 from tools.calculator import calculator, evaluate  # noqa: E402
 from tools.python import SandboxLimits, run_python  # noqa: E402

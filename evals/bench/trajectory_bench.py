@@ -35,8 +35,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=2000)
     args = parser.parse_args()
-    from agentrt.export import export
-    from agentrt.rewards import score
+    from agentrt.trajectory.export import export
+    from agentrt.trajectory.rewards import score
     from agentrt.trajectory import TrajectoryWriter, find_record, read_trajectories
 
     rows: list[tuple[str, str, str]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentrt.types import GenParams, Message
+from agentrt.core.types import GenParams, Message
 
 PASSAGES = {
     "p1": ("Arthur's Magazine", "Arthur's Magazine was an American literary periodical first published in 1844."),

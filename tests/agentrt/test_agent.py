@@ -2,7 +2,7 @@
 
 import pytest
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from agentrt.trajectory import find_record
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ import json
 
 from agentrt import Agent
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.toolcall import builtin_tools
+from agentrt.routes.toolcall import builtin_tools
 from agentrt.trajectory import find_record
 
 

@@ -21,11 +21,11 @@ import pytest
 from agentrt.backends import load_backend
 from agentrt.backends._server import free_port, start_vllm_server
 from agentrt.backends.openai import OpenAIBackend
-from agentrt.config import Settings
-from agentrt.errors import BackendError, ConfigError
+from agentrt.core.config import Settings
+from agentrt.core.errors import BackendError, ConfigError
 from agentrt.trajectory import read_trajectories
 from _backend_cases import PROMPTS, SCHEMA
-from agentrt.types import GenParams, Message
+from agentrt.core.types import GenParams, Message
 
 pytestmark = pytest.mark.slow
 NAME = "smol"
@@ -124,8 +124,8 @@ def test_tiktoken_estimate_always_covers_the_server_count(backend, server):
 
 
 def test_agent_and_cli_run_on_the_server(server, agentrt_home, capsys):
-    from agentrt.agent import Agent
-    from agentrt.cli import main
+    from agentrt.app.agent import Agent
+    from agentrt.app.cli import main
 
     spec = f"openai:{server.url}#{NAME}"
     result = Agent(policy=load_backend(spec, Settings(), cache=False)).run(PROMPTS[0], budget=300, route="direct")
@@ -160,7 +160,7 @@ def test_retries_503_with_backoff(server):
 
 
 def test_endpoint_killed_mid_run_fails_over_and_the_trajectory_says_so(server, agentrt_home):
-    from agentrt.agent import Agent
+    from agentrt.app.agent import Agent
 
     proc, proxy_url = _proxy(server.url.removesuffix("/v1"))
     b = OpenAIBackend([proxy_url, server.url], NAME, cooldown_s=0.5, backoff_s=0.05)
@@ -237,7 +237,7 @@ def test_bad_inputs_give_one_clear_error(server):
 
 
 def test_cli_bad_specs_print_one_line(capsys, tmp_path):
-    from agentrt.cli import main
+    from agentrt.app.cli import main
 
     assert main(["run", "--planner", "gpt4", "hi"]) == 2  # checked before any model loads
     assert "bad backend spec 'gpt4'" in capsys.readouterr().err
@@ -256,7 +256,7 @@ def test_cli_bad_specs_print_one_line(capsys, tmp_path):
 
 def test_server_killed_mid_run_fails_clearly_and_the_trajectory_is_intact(server, agentrt_home):
     """Last in the module: it kills the shared server."""
-    from agentrt.agent import Agent
+    from agentrt.app.agent import Agent
 
     b = OpenAIBackend([server.url], NAME, timeout_s=20, retries=2, backoff_s=0.1, cooldown_s=0.2)
     agent = Agent(policy=b)

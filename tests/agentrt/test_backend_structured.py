@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agentrt.types import GenParams, Message
+from agentrt.core.types import GenParams, Message
 
 pytestmark = pytest.mark.slow
 SCHEMA = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt import tokens
-from agentrt.errors import ConfigError
+from agentrt.core import tokens
+from agentrt.core.errors import ConfigError
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from _backend_cases import PROMPTS, SCHEMA
-from agentrt.types import GenParams, Message
+from agentrt.core.types import GenParams, Message
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +37,8 @@ if importlib.util.find_spec("vllm") is None:
 
 else:
     from agentrt.backends import load_backend
-    from agentrt.config import Settings
-    from agentrt.errors import ConfigError
+    from agentrt.core.config import Settings
+    from agentrt.core.errors import ConfigError
 
     @pytest.fixture(scope="module")
     def vllm_backend():
@@ -98,8 +98,8 @@ else:
         assert [o.text for o in again] == [o.text for o in first[:3]]
 
     def test_agent_cli_and_shared_planner(vllm_backend, capsys):
-        from agentrt.agent import Agent
-        from agentrt.cli import main
+        from agentrt.app.agent import Agent
+        from agentrt.app.cli import main
 
         agent = Agent(Settings(policy="vllm:embedded", planner="vllm:embedded"))
         assert agent.policy is vllm_backend and agent.planner is vllm_backend

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentrt.budget import Budget
-from agentrt.errors import BudgetExceeded, InputError, RunError
+from agentrt.core.budget import Budget
+from agentrt.core.errors import BudgetExceeded, InputError, RunError
 
 
 def test_reserve_clips_to_what_remains_after_the_prompt():

@@ -10,7 +10,7 @@ import pytest
 
 from agentrt.trajectory import find_record
 
-AGENTRT = [sys.executable, "-m", "agentrt.cli"]
+AGENTRT = [sys.executable, "-m", "agentrt.app.cli"]
 
 
 def cli(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess:

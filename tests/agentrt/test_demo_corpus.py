@@ -2,8 +2,8 @@
 
 import pytest
 
-from agentrt.commands.run import DEMO_CORPUS, _index_sample_corpus
-from agentrt.config import Settings
+from agentrt.app.commands.run import DEMO_CORPUS, _index_sample_corpus
+from agentrt.core.config import Settings
 
 
 @pytest.mark.slow

@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from agentrt.cli import main
-from agentrt.errors import InputError
-from agentrt.export import (
+from agentrt.app.cli import main
+from agentrt.core.errors import InputError
+from agentrt.trajectory.export import (
     FORMATS,
     ExportReport,
     apply_filters,
@@ -212,8 +212,8 @@ def test_v0_records_export(tmp_path):
 
 @pytest.mark.slow
 def test_continuity_check_with_the_embedded_tokenizer_catches_a_planted_mismatch(embedded):
-    from agentrt._export_tokens import hf_tokenize
-    from agentrt.types import as_messages
+    from agentrt.trajectory.export_tokens import hf_tokenize
+    from agentrt.core.types import as_messages
 
     tok = embedded.tokenizer
 
@@ -249,7 +249,7 @@ def test_continuity_check_with_the_embedded_tokenizer_catches_a_planted_mismatch
 @pytest.mark.slow
 def test_real_runs_export_and_report_continuity(agent, embedded, tmp_path):
     """Runs of the real model: token rows match the recorded ids; continuity is reported per run."""
-    from agentrt._export_tokens import hf_tokenize
+    from agentrt.trajectory.export_tokens import hf_tokenize
 
     agent.run("What is the capital of France?", budget=300, route="direct")
     agent.run("What is 2 + 2?", budget=400, route="reason", thinking_cap=16)

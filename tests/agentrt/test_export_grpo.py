@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from agentrt.export import export
-from agentrt.grpo import read_prompt_rows, toy_capital_rows, train_grpo
+from agentrt.trajectory.export import export
+from agentrt.train.grpo import read_prompt_rows, toy_capital_rows, train_grpo
 from agentrt.trajectory import TaskInfo, TrajectoryRecord
 
 

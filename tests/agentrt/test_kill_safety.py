@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agentrt.errors import TrajectoryError
+from agentrt.core.errors import TrajectoryError
 from agentrt.trajectory import read_trajectories
 
 WRITER = textwrap.dedent(

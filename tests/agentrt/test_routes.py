@@ -2,7 +2,7 @@
 
 from agentrt import Agent
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.routes import split_thought
+from agentrt.routes.thinking import split_thought
 
 
 def test_split_thought_forms():

@@ -10,13 +10,12 @@ import pytest
 
 from agentrt import Agent
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.config import Settings
-from agentrt.errors import ConfigError, InputError
-from agentrt.router import decide
+from agentrt.core.config import Settings
+from agentrt.core.errors import ConfigError, InputError
 from agentrt.routing import UtilityConfig, choose, extract, make_router
 from agentrt.routing.learned import RouterModel
 from agentrt.routing.features import vectorize
-from agentrt.routing.train import calibration, load_examples, train_router
+from agentrt.train.router import calibration, load_examples, train_router
 from agentrt.trajectory import RewardBreakdown, TrajectoryRecord, TrajectoryWriter, find_record, new_run_id
 
 
@@ -47,7 +46,10 @@ def test_utility_rule_floors_budget_and_exploration():
     ("Which magazine was started first, Arthur's Magazine or First for Women?", {"reason", "plan"}),
 ])
 def test_rules_router_decisions(question, expected):
-    d = decide(question)
+    from agentrt.core.config import Settings
+    from agentrt.routing.rules import RulesRouter
+
+    d = RulesRouter(Settings()).decide_sync(question, extract(question), 1024)
     assert d.action in expected, d.reason
     assert set(d.p_success) == {"direct", "reason", "plan", "ask", "abstain"}
     assert d.reason.startswith(d.action)
@@ -176,13 +178,13 @@ def test_p_success_learns_the_verdict_not_the_partial_credit(tmp_path):
 
 def test_train_router_cli(tmp_path):
     path = _logged_runs(tmp_path, n=20)
-    out = subprocess.run([sys.executable, "-m", "agentrt.cli", "train-router", "--trajectories", str(path),
+    out = subprocess.run([sys.executable, "-m", "agentrt.app.cli", "train-router", "--trajectories", str(path),
                           "--out", str(tmp_path / "r.json")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "ECE" in out.stdout and (tmp_path / "r.json").is_file()
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    out = subprocess.run([sys.executable, "-m", "agentrt.cli", "train-router", "--trajectories", str(empty),
+    out = subprocess.run([sys.executable, "-m", "agentrt.app.cli", "train-router", "--trajectories", str(empty),
                           "--out", str(tmp_path / "r2.json")], capture_output=True, text=True)
     assert out.returncode == 2 and "no trajectories with rewards" in out.stderr
     with pytest.raises(InputError):

@@ -12,7 +12,7 @@ import pytest
 
 from agentrt import Agent
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.events import (Answer, BudgetUpdate, RouteDecided, RunStarted, StepFinished, StepStarted, TokenDelta,
+from agentrt.app.events import (Answer, BudgetUpdate, RouteDecided, RunStarted, StepFinished, StepStarted, TokenDelta,
                             to_events)
 
 
@@ -67,7 +67,7 @@ def test_session_drops_old_turns_to_fit_its_history_share(agentrt_home):
 
 
 def backend_msg(text: str):
-    from agentrt.types import Message
+    from agentrt.core.types import Message
 
     return Message("user", text)
 
@@ -120,7 +120,7 @@ def test_unknown_raw_events_are_ignored():
 
 
 def test_front_ends_stay_out_of_import_agentrt():
-    code = ("import sys, agentrt, agentrt.cli\nagentrt.cli.build_parser()\n"
+    code = ("import sys, agentrt, agentrt.app.cli\nagentrt.cli.build_parser()\n"
             "print(','.join(m for m in ('opentelemetry', 'fastapi', 'uvicorn', 'openai', 'pexpect') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

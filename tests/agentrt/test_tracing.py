@@ -10,7 +10,7 @@ import pytest
 
 
 def _spans():
-    from agentrt.tracing import memory_exporter
+    from agentrt.app.tracing import memory_exporter
 
     return list(memory_exporter().get_finished_spans())
 
@@ -18,7 +18,7 @@ def _spans():
 @pytest.mark.slow
 def test_run_spans_share_ids_with_the_trajectory(embedded, agentrt_home):
     from agentrt import Agent
-    from agentrt.tracing import memory_exporter
+    from agentrt.app.tracing import memory_exporter
 
     memory_exporter().clear()
     agent = Agent(policy=embedded, tracing="memory")
@@ -45,7 +45,7 @@ def test_run_spans_share_ids_with_the_trajectory(embedded, agentrt_home):
 
 def test_tool_and_plan_steps_become_spans():
     """Control flow only: raw events as the tool loop and the plan route record them."""
-    from agentrt.tracing import RunTracer, memory_exporter, provider
+    from agentrt.app.tracing import RunTracer, memory_exporter, provider
 
     memory_exporter().clear()
     tracer = RunTracer(provider("memory").get_tracer("test"))

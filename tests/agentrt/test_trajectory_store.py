@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.errors import TrajectoryError
+from agentrt.core.errors import TrajectoryError
 from agentrt.trajectory import (
     TrajectoryRecord,
     TrajectoryWriter,

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from _plan_script import reply, searcher
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.budget import Budget
-from agentrt.config import Settings
-from agentrt.errors import BudgetExceeded, RunError
-from agentrt.run import RunContext
-from agentrt.workflow import PlanOptions, PlanState, checked, run_plan
+from agentrt.core.budget import Budget
+from agentrt.core.config import Settings
+from agentrt.core.errors import BudgetExceeded, RunError
+from agentrt.routes.context import RunContext
+from agentrt.routes.plan import PlanOptions, PlanState, checked, run_plan
 from planners import HeuristicPlanner, Plan, Step
 
 COMPARE = "Which magazine was started first, Arthur's Magazine or First for Women?"

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from agentrt.budget import Budget
-from agentrt.config import Settings
-from agentrt.run import RunContext
-from agentrt.workflow import PlanOptions, run_plan
+from agentrt.core.budget import Budget
+from agentrt.core.config import Settings
+from agentrt.routes.context import RunContext
+from agentrt.routes.plan import PlanOptions, run_plan
 from planners import LLMPlanner, Plan, Step, plan_schema
 from planners.llm import plan_tokens
-from agentrt.types import GenParams, Message
+from agentrt.core.types import GenParams, Message
 
 QUESTION_INDEX = 8  # "Who is older, Annie Morton or Terry Richardson?" (HotpotQA dev, comparison)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.budget import Budget
-from agentrt.config import Settings
+from agentrt.core.budget import Budget
+from agentrt.core.config import Settings
 from agentrt.routes import reason
-from agentrt.run import RunContext
-from agentrt.sampling import normalize, select
+from agentrt.routes.context import RunContext
+from agentrt.routes.sampling import normalize, select
 
 
 def test_majority_vote_over_parsed_answers():

@@ -10,8 +10,8 @@ import pytest
 
 from agentrt import Agent
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.errors import InputError
-from agentrt.routing.train import train_router
+from agentrt.core.errors import InputError
+from agentrt.train.router import train_router
 from agentrt.trajectory import TrajectoryRecord, TrajectoryWriter, new_run_id
 from evals.routers import make_router
 from evals.runner import EvalConfig, evaluate

@@ -10,7 +10,7 @@ import pytest
 
 from agentrt import Agent
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.cli import main
+from agentrt.app.cli import main
 from evals.multiturn import CORPUS_FILE, derive
 from evals.runner import EvalConfig, evaluate
 from evals.suites import DATA_DIR, load_suite

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.config import Settings
+from agentrt.core.config import Settings
 from agentrt.trajectory import TrajectoryWriter, read_trajectories
 
 QUESTIONS = [
@@ -93,7 +93,7 @@ def ray_cluster():
 
 @pytest.fixture(scope="module")
 def executor(ray_cluster):
-    from agentrt.executors.ray_executor import RayExecutor
+    from agentrt.batch.ray import RayExecutor
 
     ex = RayExecutor(actors=2, max_inflight=2, respawn=0)  # respawn 0: at most 2 models in memory
     yield ex
@@ -199,7 +199,7 @@ def test_executor_choice_errors(tmp_path, agentrt_home):
     """Bad executor options fail in one line with exit code 2, before any model or cluster starts."""
     suite = tmp_path / "s.jsonl"
     suite.write_text(json.dumps({"id": 1, "question": "2+5?", "answer": "7", "type": "math"}) + "\n")
-    base = [sys.executable, "-m", "agentrt.cli"]
+    base = [sys.executable, "-m", "agentrt.app.cli"]
     env = {**os.environ, "AGENTRT_HOME": str(agentrt_home)}
     run = lambda *a: subprocess.run([*base, *a], env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
     p = run("eval", "--suite", str(suite), "--out", str(tmp_path / "o"), "--actors", "2")
@@ -219,7 +219,7 @@ def test_rollout_local_resumes(tmp_path, agentrt_home):
     suite.write_text("".join(json.dumps({"id": i, "question": f"What is {i} + 7 - {i}?", "answer": "7",
                                          "type": "math", "verifier": "numeric"}) + "\n" for i in range(5)))
     env = {**os.environ, "AGENTRT_HOME": str(agentrt_home)}
-    cmd = [sys.executable, "-m", "agentrt.cli", "rollout", "--suite", str(suite), "--samples", "3",
+    cmd = [sys.executable, "-m", "agentrt.app.cli", "rollout", "--suite", str(suite), "--samples", "3",
            "--router", "fixed:direct", "--policy", "scripted:#### 7", "--budget", "100", "--out", str(tmp_path / "r")]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -241,7 +241,7 @@ def test_trainer_handoff_rewards(tmp_path, agentrt_home):
             {"id": "w", "question": "What is 2 + 2?", "answer": "4", "type": "math", "verifier": "numeric"}]
     suite.write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = {**os.environ, "AGENTRT_HOME": str(agentrt_home)}
-    cli = [sys.executable, "-m", "agentrt.cli"]
+    cli = [sys.executable, "-m", "agentrt.app.cli"]
     p = subprocess.run([*cli, "rollout", "--suite", str(suite), "--samples", "2", "--router", "fixed:direct",
                         "--policy", "scripted:7", "--budget", "100", "--out", str(tmp_path / "r")],
                        env=env, capture_output=True, text=True, timeout=120)
@@ -276,8 +276,8 @@ def _pid(row: dict, rows: list[dict]) -> str:
 def test_cluster_example_config():
     """examples/cluster.toml parses: settings, backend spec and executor options as docs/scale.md says."""
     from agentrt.backends import parse_spec
-    from agentrt.config import load_settings
-    from agentrt.executors import executor_table, make_executor
+    from agentrt.core.config import load_settings
+    from agentrt.batch.executors import executor_table, make_executor
 
     path = Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"
     settings = load_settings(path)
@@ -295,7 +295,7 @@ def test_worker_returns_failed_runs_trajectory(tmp_path):
     import asyncio
 
     from agentrt.backends.scripted import ScriptedBackend
-    from agentrt.executors.ray_executor import Worker
+    from agentrt.batch.ray import Worker
     from evals.routers import make_router
     from evals.runner import Task
     from evals.suites import Item
@@ -332,7 +332,7 @@ def test_respawn_after_death_scripted(ray_cluster, tmp_path):
     import asyncio
 
     from agentrt import Agent
-    from agentrt.executors.ray_executor import RayExecutor
+    from agentrt.batch.ray import RayExecutor
     from evals.routers import make_router
     from evals.runner import EvalConfig, plan_tasks
     from evals.suites import load_suite
@@ -368,7 +368,7 @@ def test_respawn_after_death_scripted(ray_cluster, tmp_path):
 
 def test_executors_import_light():
     """Choosing an executor and building the CLI import no Ray (or torch): only --executor ray does."""
-    code = ("import sys, agentrt.executors, agentrt.cli; agentrt.cli.build_parser(); "
+    code = ("import sys, agentrt.batch.executors, agentrt.app.cli; agentrt.app.cli.build_parser(); "
             "print(sorted(m for m in ('ray', 'torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -24,7 +24,7 @@ def slow(arg, settings):
     return ScriptedBackend([arg], delay_s=0.05)
 
 BACKEND_KINDS["slow"] = "__main__:slow"
-from agentrt.cli import main
+from agentrt.app.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agentrt.cli import main
-from agentrt.errors import InputError
+from agentrt.app.cli import main
+from agentrt.core.errors import InputError
 from evals.suites import DATA_DIR, SHIPPED, load_jsonl, load_suite
 
 

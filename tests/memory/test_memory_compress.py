@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.budget import Budget
-from agentrt.errors import InputError
-from agentrt.types import Message
+from agentrt.core.budget import Budget
+from agentrt.core.errors import InputError
+from agentrt.core.types import Message
 from memory.compress import SUMMARY_PREFIX, compress_messages
 
 TOPICS = ["the weather", "a recipe for soup", "train times", "a football match", "the garden", "a new phone"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from memory.protocol import Hit, MemoryStore
 
 DOCS = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.errors import ConfigError, InputError
+from agentrt.core.errors import ConfigError, InputError
 from memory.corpus import open_corpus, rrf
 from memory.ingest import MAX_WORDS, chunk_text, file_chunks, hotpotqa_chunks, ingest, iter_files, make_chunk
 
@@ -107,7 +107,7 @@ def test_reopen_in_a_new_process(tmp_path):
 
 
 def test_cli_index_and_search(tmp_path, capsys):
-    from agentrt.cli import main
+    from agentrt.app.cli import main
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -129,7 +129,7 @@ def test_cli_index_and_search(tmp_path, capsys):
 
 def test_cli_search_without_index_is_one_line(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "agentrt.cli", "search", "hello", "--store", str(tmp_path / "empty")],
+        [sys.executable, "-m", "agentrt.app.cli", "search", "hello", "--store", str(tmp_path / "empty")],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 2
@@ -219,7 +219,7 @@ def test_store_path_is_a_file(tmp_path):
 def test_unreachable_server_is_one_line():
     import socket
 
-    from agentrt.errors import BackendError
+    from agentrt.core.errors import BackendError
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -236,7 +236,7 @@ def test_empty_query(small_corpus):
 
 
 def test_store_choice_is_config(chroma_server, tmp_path, monkeypatch):
-    from agentrt.config import Settings
+    from agentrt.core.config import Settings
     from memory.corpus import resolve_location
 
     served = open_corpus(Settings(memory_store=chroma_server), "via-settings", create=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from memory.episodic import EpisodicMemory
 from memory.semantic import SemanticMemory
 
@@ -39,8 +39,8 @@ def test_same_trajectory_updates_the_episode(mem_store):
 
 
 def test_add_result_takes_an_agent_result(mem_store):
-    from agentrt.agent import Result
-    from agentrt.types import Usage
+    from agentrt.app.agent import Result
+    from agentrt.core.types import Usage
 
     ep = EpisodicMemory(mem_store)
     r = Result(answer="Paris", route="direct", usage=Usage(30, 5), budget=512, truncated=False, trajectory_id="tr-1")

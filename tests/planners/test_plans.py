@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentrt.types import Choice, Completion, GenParams, Message, Usage
+from agentrt.core.types import Choice, Completion, GenParams, Message, Usage
 from planners import HeuristicPlanner, LLMPlanner, Plan, PlanError, Step, plan_schema, validate_plan
 
 

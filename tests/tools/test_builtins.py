@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from tools import execute
 from tools.fetch import make_fetch_tool
 from tools.memory import make_memory_tools

@@ -12,10 +12,10 @@ import json
 import pytest
 
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.budget import Budget
-from agentrt.config import Settings
-from agentrt.run import RunContext
-from agentrt.toolcall import run_tool_loop, tools_for_route
+from agentrt.core.budget import Budget
+from agentrt.core.config import Settings
+from agentrt.routes.context import RunContext
+from agentrt.routes.toolcall import run_tool_loop, tools_for_route
 from agentrt.trajectory import ToolCallStep
 from tools import FINAL_ANSWER, allowed_names, call_schema, parse_tool_calls, tool
 from tools.ask_user import make_ask_user_tool
@@ -193,7 +193,7 @@ def test_injected_instruction_cannot_widen_the_allowlist():
 
 
 def test_loop_on_the_run_budget_lets_budget_exceeded_reach_the_run():
-    from agentrt.errors import BudgetExceeded
+    from agentrt.core.errors import BudgetExceeded
 
     backend = ScriptedBackend(['{"name": "calculator", "arguments": {"expression": "2*3"}}'])
     ctx = _ctx(backend, total=100)  # smaller than the tool prompt: the run loop must see it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agentrt.cli import main
+from agentrt.app.cli import main
 
 
 def test_list_and_route_allowlist(capsys):

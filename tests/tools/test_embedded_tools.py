@@ -15,10 +15,10 @@ import textwrap
 
 import pytest
 
-from agentrt.budget import Budget
-from agentrt.config import Settings
-from agentrt.run import RunContext
-from agentrt.toolcall import run_tool_loop, tools_for_route
+from agentrt.core.budget import Budget
+from agentrt.core.config import Settings
+from agentrt.routes.context import RunContext
+from agentrt.routes.toolcall import run_tool_loop, tools_for_route
 from tools import tool
 from tools.calculator import calculator
 from tools.mcp import mcp_tools

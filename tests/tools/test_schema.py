@@ -10,7 +10,7 @@ from typing import Literal, Optional
 import pytest
 from pydantic import BaseModel
 
-from agentrt.errors import InputError
+from agentrt.core.errors import InputError
 from tools import Tool, ToolError, execute, tool
 
 

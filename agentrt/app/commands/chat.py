@@ -1,0 +1,46 @@
+"""``agentrt chat``: the terminal chat (see agentrt.app.repl)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("chat", help="chat with the agent in the terminal (/help inside)")
+    p.add_argument("--budget", type=int, help="token budget per turn (default 1024)")
+    p.add_argument("--route", help="force a route (default: the router decides)")
+    p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    p.add_argument("--approve-plans", action="store_true", help="ask before running each plan")
+    p.set_defaults(func=cmd_chat)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from agentrt.app.agent import Agent
+    from agentrt.core.config import load_settings
+    from agentrt.core.errors import InputError
+    from agentrt.app.repl import Repl
+    from agentrt.routes import check_route
+
+    if args.budget is not None and args.budget <= 0:
+        raise InputError(f"--budget must be a positive number of tokens, got {args.budget}")
+    if args.route is not None:
+        check_route(args.route)
+    console = Console(highlight=False)
+    agent = Agent(load_settings(args.config, policy=args.policy))
+    with console.status(f"loading {agent.settings.policy} ..."):
+        agent.policy  # noqa: B018 - load before the first prompt
+    try:
+        return Repl(agent, console=console, budget=args.budget, route=args.route, approve_plans=args.approve_plans).run()
+    finally:
+        _close(agent)
+
+
+def _close(agent) -> None:
+    """Stop the backend's worker before the interpreter exits: a cancelled turn may still be decoding in it,
+    and a daemon thread inside torch at shutdown aborts the process."""
+    policy = agent._policy
+    if policy is None or not hasattr(policy, "close"):
+        return
+    policy.close()  # the hf backend joins its batcher thread here

@@ -1,0 +1,94 @@
+"""``agentrt export`` (trajectories -> trainer files) and ``agentrt train-policy --grpo`` (TRL GRPO on the CPU)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from agentrt.trajectory.export import FORMATS
+
+    p = sub.add_parser("export", help="export trajectories for RL/SFT trainers (verl, TRL, OpenAI, GRPO, ...)")
+    p.add_argument("--format", required=True, choices=list(FORMATS), help="what to write")
+    p.add_argument("--out", required=True, help="output file (.parquet or .jsonl)")
+    p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                   help="keep runs matching, e.g. status=ok, route=reason, reward>=0.5, task.data_source=gsm8k "
+                        "(repeatable: all must match)")
+    p.add_argument("--trajectories", nargs="+", metavar="FILE", help="trajectory files or directories "
+                   "(default: the trajectories under $AGENTRT_HOME)")
+    p.add_argument("--min-group", type=int, default=2, help="grpo: smallest group of rollouts kept (default 2)")
+    p.add_argument("--check-continuity", action="store_true",
+                   help="also re-tokenize each run with the embedded model's tokenizer and report token mismatches")
+    p.set_defaults(func=cmd_export)
+
+    t = sub.add_parser("train-policy", help="train the policy from exported data (GRPO with TRL, CPU)")
+    t.add_argument("--grpo", action="store_true", required=True, help="use GRPO (the only method for now)")
+    t.add_argument("--data", help="a trl-prompts export (.parquet/.jsonl); default: a built-in toy task (capitals, F1 reward)")
+    t.add_argument("--out", default=None, help="output folder for the trainer (default: $AGENTRT_HOME/grpo)")
+    t.add_argument("--steps", type=int, default=2)
+    t.add_argument("--num-generations", type=int, default=4)
+    t.add_argument("--batch-size", type=int, default=4)
+    t.add_argument("--max-completion-length", type=int, default=16)
+    t.add_argument("--learning-rate", type=float, default=1e-4)
+    t.add_argument("--model-dir", help="a Hugging Face model folder (default: the embedded SmolLM2-135M)")
+    t.add_argument("--json", action="store_true", help="print the report as JSON")
+    t.set_defaults(func=cmd_train_policy)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from agentrt.trajectory.export import apply_filters, export, load_runs
+
+    records, problems = load_runs(args.trajectories)
+    records = apply_filters(records, args.filter)
+    if args.min_group < 1:
+        from agentrt.core.errors import InputError
+
+        raise InputError("--min-group must be >= 1")
+    report = export(records, args.format, args.out, min_group=args.min_group)
+    for line in problems + report.problems:
+        print(f"agentrt: warning: {line}", file=sys.stderr)
+    if args.check_continuity:
+        _report_continuity(records)
+    print(report.summary())
+    return 0
+
+
+def _report_continuity(records) -> None:
+    from agentrt.backends import load_backend
+    from agentrt.core.config import load_settings
+    from agentrt.trajectory.export import check_continuity
+    from agentrt.trajectory.export_tokens import hf_tokenize
+
+    backend = load_backend("hf:embedded", load_settings())
+    try:
+        tokenize = hf_tokenize(backend)
+        eos = set(getattr(backend, "eos_ids", ()))
+        bad = 0
+        for r in records:
+            result = check_continuity(r, tokenize, eos)
+            if not result.ok:
+                bad += 1
+                print(f"agentrt: continuity: run {r.run_id}: {result.detail}", file=sys.stderr)
+        print(f"token continuity: {len(records) - bad}/{len(records)} runs match their re-tokenized conversation")
+    finally:
+        backend.close()
+
+
+def cmd_train_policy(args: argparse.Namespace) -> int:
+    from agentrt.core.config import load_settings
+    from agentrt.train.grpo import read_prompt_rows, toy_capital_rows, train_grpo
+
+    rows = read_prompt_rows(args.data) if args.data else toy_capital_rows()
+    out = args.out or str(load_settings(args.config).home / "grpo")
+    report = train_grpo(rows, out, model_dir=args.model_dir, steps=args.steps, num_generations=args.num_generations,
+                        batch_size=args.batch_size, max_completion_length=args.max_completion_length,
+                        learning_rate=args.learning_rate)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        print(f"GRPO: {report.steps} steps in {report.wall_s} s; mean reward per step: "
+              f"{', '.join(f'{r:.3f}' for r in report.rewards)}; parameters changed: "
+              f"{report.changed_tensors}/{report.total_tensors} tensors (max |delta| {report.max_abs_delta:.2e})")
+    return 0

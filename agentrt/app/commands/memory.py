@@ -1,0 +1,116 @@
+"""``agentrt index`` (ingest files or the HotpotQA corpus into a collection) and ``agentrt search``.
+
+The store is ``--store`` (a folder or http://HOST:PORT), else ``$AGENTRT_MEMORY``, else
+``$AGENTRT_HOME/memory``. ``search`` without ``--collection`` uses the collection last indexed there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agentrt.core.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("index", help="index .txt/.md/.jsonl files (or --hotpotqa) into a memory collection")
+    p.add_argument("path", nargs="?", help="a file or folder of .txt/.md/.jsonl files")
+    p.add_argument("--hotpotqa", action="store_true", help="index the pooled HotpotQA dev corpus (CC BY-SA 4.0)")
+    p.add_argument("--limit", type=int, help="with --hotpotqa: only the paragraphs of the first N questions")
+    p.add_argument("--collection", help="collection name (default: hotpotqa for --hotpotqa, else default)")
+    p.add_argument("--store", help="store folder or http://HOST:PORT (default: setting memory_store, $AGENTRT_MEMORY, $AGENTRT_HOME/memory)")
+    p.set_defaults(func=cmd_index)
+
+    s = sub.add_parser("search", help="hybrid (BM25 + vector) search of an indexed collection")
+    s.add_argument("query")
+    s.add_argument("--collection", help="collection name (default: the one last indexed)")
+    s.add_argument("-k", type=int, default=10, help="number of hits (default 10)")
+    s.add_argument("--mode", choices=["hybrid", "vector", "bm25"], default="hybrid")
+    s.add_argument("--store", help="store folder or http://HOST:PORT (default: setting memory_store, $AGENTRT_MEMORY, $AGENTRT_HOME/memory)")
+    s.add_argument("--json", action="store_true", help="print hits as JSON lines")
+    s.set_defaults(func=cmd_search)
+
+
+def _location(args: argparse.Namespace) -> str:
+    from agentrt.core.config import load_settings
+    from memory.corpus import resolve_location
+
+    if args.store:
+        return args.store
+    return resolve_location(load_settings(args.config))
+
+
+def _last_file(location: str) -> Path | None:
+    from memory.corpus import bm25_dir
+
+    d = bm25_dir(location, "x")
+    return d.parent / "LAST_INDEXED" if d else None
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from memory.corpus import open_corpus
+    from memory.ingest import file_chunks, hotpotqa_chunks, ingest, iter_files
+
+    if bool(args.path) == bool(args.hotpotqa):
+        raise ConfigError("give either a PATH to index or --hotpotqa (see: agentrt index --help)")
+    loc = _location(args)
+    name = args.collection or ("hotpotqa" if args.hotpotqa else "default")
+    if args.hotpotqa:
+        chunks, files = hotpotqa_chunks(limit=args.limit), 1
+    else:
+        paths = iter_files(Path(args.path))
+        chunks, files = [c for p in paths for c in file_chunks(p)], len(paths)  # reads all first: bad files fail early
+    corpus = open_corpus(loc, name, create=True)
+    cols = (TextColumn("indexing {task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*cols, transient=True, console=None) as bar:
+        task = bar.add_task(name, total=len(chunks))
+        report = ingest(corpus.store, chunks, progress=lambda n: bar.advance(task, n))
+    report.files = files
+    corpus.invalidate()
+    corpus.bm25()  # build the BM25 cache now, not at the first search
+    last = _last_file(loc)
+    if last:
+        last.parent.mkdir(parents=True, exist_ok=True)
+        last.write_text(name)
+        # Kept for evals/bench/memory_bench.py (ingest speed of the run that built the index).
+        (last.parent / f"{name}.ingest.json").write_text(json.dumps(report.to_dict()))
+    print(
+        f"indexed {report.chunks_seen} chunks from {files} file(s) into '{name}' at {loc}: "
+        f"{report.added} added, {report.skipped_existing} already there, {report.duplicates} duplicates; "
+        f"{corpus.count()} in the collection ({report.seconds:.1f} s)"
+    )
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from memory.chroma import list_collections
+    from memory.corpus import open_corpus
+
+    loc = _location(args)
+    name = args.collection
+    if not name:
+        last = _last_file(loc)
+        name = last.read_text().strip() if last and last.is_file() else None
+    if not name:
+        have = list_collections(loc)
+        if len(have) != 1:
+            raise ConfigError(
+                f"no collection given and {len(have)} in {loc} ({', '.join(sorted(have)) or 'none'}); "
+                "pass --collection NAME or index something first with `agentrt index`"
+            )
+        name = have[0]
+    hits = open_corpus(loc, name).search(args.query, k=args.k, mode=args.mode)
+    for rank, h in enumerate(hits, 1):
+        if args.json:
+            print(json.dumps({"rank": rank, **h.to_dict()}, ensure_ascii=False))
+            continue
+        snippet = " ".join(h.text.split())
+        snippet = snippet[:157] + "..." if len(snippet) > 160 else snippet
+        print(f"{rank:2d}. {h.score:.4f}  {h.id}  {h.title}\n    {snippet}")
+    if not hits:
+        print("no hits", file=sys.stderr)
+    return 0

@@ -1,0 +1,48 @@
+"""Request validation shared by the SDK, the CLI and the server: one clear error before any work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrt.core.errors import InputError
+from agentrt.core.types import Message, as_messages
+from agentrt.routes import check_route
+
+
+def check_text(text: Any, what: str) -> str:
+    """``text`` if it is a non-empty string of valid Unicode, else ``InputError``."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"the {what} is empty; pass a non-empty {what}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"the {what} is not valid Unicode (it holds a lone surrogate); send UTF-8 text") from None
+    return text
+
+
+def check_request(question: Any, history: Any, system: Any, budget: Any, route: str | None,
+                  thinking_cap: Any, samples: Any, temperature: Any) -> list[Message]:
+    """Validate a run's arguments; returns its messages (the history, then the question as the user's turn)."""
+    check_text(question, "question")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise InputError(f"budget must be a positive number of tokens, got {budget!r}")
+    if route is not None:
+        check_route(route)
+    if thinking_cap is not None and (isinstance(thinking_cap, bool) or not isinstance(thinking_cap, int)
+                                     or thinking_cap < 0):
+        raise InputError(f"thinking_cap must be an integer >= 0, got {thinking_cap!r}")
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= 64:
+        raise InputError(f"samples must be an integer from 1 to 64, got {samples!r}")
+    if temperature is not None and not 0 <= temperature <= 2:
+        raise InputError(f"temperature must be between 0 and 2, got {temperature}")
+    if system is not None:
+        check_text(system, "system prompt")
+    try:
+        turns = as_messages(list(history or []))
+    except (KeyError, TypeError, AttributeError):
+        raise InputError("history must be a list of messages ({'role': 'user'|'assistant', 'content': str})") from None
+    for m in turns:
+        if m.role not in ("user", "assistant"):
+            raise InputError(f"history holds a {m.role!r} message; use role 'user' or 'assistant' (pass system= apart)")
+        check_text(m.content, "history message")
+    return turns + [Message("user", question)]

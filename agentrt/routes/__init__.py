@@ -1,0 +1,43 @@
+"""The routes: one package, one registry. A route answers a question inside a run.
+
+Each route is a module with ``async def run(ctx: RunContext, question: str) -> RouteOutput``:
+
+=========  ==========================================================================
+direct     answer in one call, no thinking (``direct.py``)
+reason     think under a thinking cap, then answer; N samples + majority/verifier (``reason.py``)
+plan       plan -> parallel searchers -> cited answer, the LangGraph workflow (``plan.py``)
+ask        a clarifying question instead of a guess (``ask.py``)
+abstain    "I don't know", no tokens spent (``abstain.py``)
+=========  ==========================================================================
+
+The names come from ``agentrt.core.types.ROUTES`` (the router's actions are the same tuple); route
+modules are imported on first use, so that the plan route's LangGraph loads only when it runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Awaitable, Callable
+
+from agentrt.core.errors import InputError
+from agentrt.core.types import ROUTES
+from agentrt.routes.context import RouteOutput, RunContext
+
+RouteFn = Callable[[RunContext, str], Awaitable[RouteOutput]]
+
+_MODULES = {name: f"agentrt.routes.{name}" for name in ROUTES}
+
+
+def check_route(name: str) -> str:
+    """``name`` if it is a route, else ``InputError`` listing the routes."""
+    if name not in _MODULES:
+        raise InputError(f"unknown route {name!r}; choose one of: {', '.join(ROUTES)}")
+    return name
+
+
+def get_route(name: str) -> RouteFn:
+    """The ``run`` function of route ``name`` (its module is imported on first use)."""
+    return importlib.import_module(_MODULES[check_route(name)]).run
+
+
+__all__ = ["ROUTES", "RouteFn", "RouteOutput", "RunContext", "check_route", "get_route"]

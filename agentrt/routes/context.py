@@ -1,0 +1,181 @@
+"""RunContext: what one run carries (the conversation, budget, backends, recorded steps) and its one door.
+
+``call_model`` and ``score`` are the only ways the runtime talks to a model: count the prompt,
+reserve, call, charge the real usage, record the step. That is what makes the budget a hard bound.
+A run's conversation is messages (``history`` + the question, under an optional ``system``), built
+once by ``conversation``: routes never fold the history into the question string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from agentrt.core.budget import Budget
+from agentrt.core.errors import BackendError, BudgetExceeded
+from agentrt.core.protocols import ModelBackend
+from agentrt.trajectory import ModelCallStep, ScoreStep
+from agentrt.core.types import Completion, GenParams, Message
+
+
+@dataclass(slots=True)
+class RouteOutput:
+    """What a route returns: the answer, the thought behind it, the passage ids it cites (plan)."""
+
+    answer: str
+    thought: str | None = None
+    citations: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RouteOptions:
+    """Per-run knobs of the routes (the SDK's ``arun`` arguments of the same names)."""
+
+    thinking_cap: int | None = None  # reason: tokens of thought (None: settings.thinking_cap)
+    samples: int = 1  # reason: parallel samples, one selected by the verifier or a majority vote
+    verifier: Callable[[str], Any] | None = None  # answer -> bool or score, for sample selection
+
+
+@dataclass
+class RunContext:
+    """The state of one run, passed to every route."""
+
+    run_id: str
+    question: str
+    budget: Budget
+    policy: ModelBackend
+    settings: Any
+    # The conversation before the question (user/assistant turns) and the caller's system prompt.
+    history: list[Message] = field(default_factory=list)
+    system: str | None = None
+    options: RouteOptions = field(default_factory=RouteOptions)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    best_answer: str = ""
+    started: float = field(default_factory=time.perf_counter)
+    created_at: float = field(default_factory=time.time)
+    # Front ends (stream, REPL, server, tracing) observe a run through this: called with a plain dict
+    # {"type": ..., ...} for every recorded step and around every model call. None: no overhead.
+    on_event: Callable[[dict[str, Any]], None] | None = None
+    # Copied into TrajectoryRecord.metadata (e.g. the OpenTelemetry trace id).
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # Caller hooks a route may use: "approve_plan" (plan -> True / edited plan / False, see
+    # agentrt.routes.plan), "ask_user" (question -> reply). The route emits plan_approved itself.
+    callbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # Tools this run may use (tools.base.Tool); each route keeps only those its allowlist names.
+    tools: list[Any] = field(default_factory=list)
+    # Run-wide sampling (rollouts for RL, pass@k): calls that ask for greedy decoding sample at this
+    # temperature instead, each with its own seed derived from ``seed``. 0 keeps every call as asked.
+    temperature: float = 0.0
+    seed: int | None = None
+    # The planner model (Settings.planner); None: the policy plans too.
+    planner: ModelBackend | None = None
+    _calls: int = 0
+
+    def conversation(self, route_system: str | None) -> list[Message]:
+        """The run's messages: a system message (the caller's, then the route's), the history, the question."""
+        system = "\n\n".join(s for s in (self.system, route_system) if s)
+        head = [Message("system", system)] if system else []
+        return head + list(self.history) + [Message("user", self.question)]
+
+    def record(self, step: dict[str, Any]) -> None:
+        self.steps.append(step)
+        self.emit({"type": "step", "step": step})
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Send ``event`` to ``on_event``; an observer's error never breaks the run."""
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:  # noqa: BLE001 - observers are best effort
+                pass
+
+    async def call_model(
+        self,
+        name: str,
+        messages: list[Message],
+        params: GenParams,
+        *,
+        backend: ModelBackend | None = None,
+        budget: Budget | None = None,
+        min_tokens: int = 1,
+    ) -> Completion:
+        """Call a model inside the budget. ``max_tokens`` is clipped to what remains.
+
+        Raises ``BudgetExceeded`` when not even ``min_tokens`` new tokens fit.
+        """
+        backend = backend or self.policy
+        budget = budget or self.budget
+        prompt_tokens = backend.count_tokens(messages, params)
+        n = max(1, params.n)
+        reservation = budget.reserve(prompt_tokens, params.max_tokens * n, min_tokens=min_tokens * n)
+        t_start = time.perf_counter() - self.started
+        params = dataclasses.replace(params, max_tokens=reservation.max_tokens // n)
+        if self.temperature > 0 and params.temperature <= 0:
+            self._calls += 1
+            seed = None if self.seed is None else self.seed * 1000 + self._calls
+            params = dataclasses.replace(params, temperature=self.temperature, seed=seed)
+        self.emit({"type": "model_call_started", "name": name, "backend": backend.name,
+                   "prompt_tokens": prompt_tokens, "max_tokens": params.max_tokens})
+        try:
+            completion = await backend.chat(messages, params)
+        except BaseException:
+            budget.release(reservation)
+            raise
+        budget.charge(reservation, completion.usage.prompt_tokens, completion.usage.completion_tokens)
+        self.emit({"type": "budget", "total": self.budget.total, "spent": self.budget.spent})
+        self.record(
+            ModelCallStep(
+                name=name,
+                backend=backend.name,
+                model=completion.model,
+                messages=[m.to_dict() for m in messages],
+                prompt_token_ids=completion.prompt_token_ids,
+                completion_token_ids=[c.token_ids for c in completion.choices],
+                completion_logprobs=[c.logprobs for c in completion.choices],
+                completions=[c.text for c in completion.choices],
+                finish_reasons=[c.finish_reason for c in completion.choices],
+                # every completion token was sampled by the model: all trainable
+                loss_mask=[[1] * len(c.token_ids or []) for c in completion.choices],
+                usage=completion.usage.to_dict(),
+                params={"max_tokens": params.max_tokens, "temperature": params.temperature,
+                        "top_p": params.top_p, "n": params.n, "stop": params.stop, "seed": params.seed},
+                latency_s=round(completion.latency_s, 4),
+                t_start_s=round(t_start, 4),
+                **({"backend_events": completion.events} if completion.events else {}),
+            ).model_dump()
+        )
+        return completion
+
+
+    async def score(self, name: str, messages: list[Message], continuations: list[str], *,
+                    backend: ModelBackend | None = None) -> list[float]:
+        """Log-probability of each continuation after ``messages``, paid from the run's budget and recorded.
+
+        Raises ``BudgetExceeded`` when the scoring pass (the prefix once plus every continuation) does
+        not fit, and ``BackendError`` when the backend cannot score.
+        """
+        backend = backend or self.policy
+        if not hasattr(backend, "score"):
+            raise BackendError(f"{backend.name} cannot score text; use a backend that can (hf:...)")
+        estimate = backend.count_tokens(messages) + sum(backend.count_tokens([Message("assistant", c)])
+                                                        for c in continuations)
+        reservation = self.budget.reserve(estimate, 0, min_tokens=0)
+        t_start = time.perf_counter() - self.started
+        try:
+            scores, cost = await backend.score(messages, continuations)
+        except BaseException:
+            self.budget.release(reservation)
+            raise
+        self.budget.charge(reservation, cost, 0)
+        self.emit({"type": "budget", "total": self.budget.total, "spent": self.budget.spent})
+        self.record(ScoreStep(name=name, backend=backend.name, messages=[m.to_dict() for m in messages],
+                              continuations=list(continuations), scores=[round(x, 4) for x in scores],
+                              usage={"prompt_tokens": cost, "completion_tokens": 0},
+                              latency_s=round(time.perf_counter() - self.started - t_start, 4),
+                              t_start_s=round(t_start, 4)).model_dump())
+        return scores
+
+
+__all__ = ["RouteOptions", "RouteOutput", "RunContext", "BudgetExceeded"]

@@ -1,0 +1,369 @@
+"""Trajectory exports: the files RL and SFT trainers read (verl, TRL, agent-lightning, OpenAI, GRPO).
+
+    >>> from agentrt.trajectory.export import load_runs, export
+    >>> records, problems = load_runs()                 # the trajectories under $AGENTRT_HOME
+    >>> export(records, "verl", "train.parquet").rows
+
+Formats (``FORMATS``; ``.parquet`` or ``.jsonl`` by the output's suffix, except ``openai``: JSONL):
+
+* ``verl``        prompt rows {data_source, prompt (messages), ability, reward_model {style: rule,
+                  ground_truth}, extra_info}; one row per distinct prompt, runs without ground truth skipped
+* ``verl-tokens`` {prompt_ids, response_ids, response_mask (1 model token, 0 observation), response_logprobs,
+                  reward} per continuous token segment of a run (multi-turn runs are one row when continuous)
+* ``trl-prompts`` TRL prompt-only rows {prompt (messages), answer} (+ data_source, verifier)
+* ``trl-sft``     TRL tool-use SFT rows {messages (with tool_calls), tools}
+* ``triplets``    agent-lightning style {prompt.token_ids, response.token_ids, response.log_probs, reward}
+                  per model call, the run's reward on the last triplet only
+* ``openai``      OpenAI chat fine-tuning JSONL {messages}
+* ``parquet``     one flat row per run (datasets.load_dataset("parquet", ...) reads it)
+* ``grpo``        rollouts of the same prompt grouped; advantage = (reward - group mean) / group std
+
+In Parquet files, values whose JSON shape differs between rows (dict ground truths, tool schemas,
+tool-call arguments) are JSON strings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrt.trajectory.export_tokens import check_continuity, final_conversation, token_segments
+from agentrt.core.errors import InputError, TrajectoryError, missing_extra
+from agentrt.trajectory import TrajectoryRecord, read_trajectories
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote and what it left out, and why."""
+
+    format: str
+    out: str
+    runs: int = 0
+    rows: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    split: int = 0  # runs written as several token segments (a token discontinuity; see problems)
+    problems: list[str] = field(default_factory=list)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def skipped_text(self) -> str:
+        return ", ".join(f"{n} ({why})" for why, n in sorted(self.skipped.items())) or "none"
+
+    def summary(self) -> str:
+        text = f"wrote {self.rows} {self.format} rows from {self.runs} runs to {self.out}"
+        if self.skipped:
+            text += f"; skipped: {self.skipped_text()}"
+        if self.split:
+            text += f"; {self.split} runs split at a token discontinuity"
+        return text
+
+
+# -- loading and filtering -------------------------------------------------------------------------
+
+def load_runs(paths: Iterable[str | Path] | None = None, home: str | Path | None = None) -> tuple[list[TrajectoryRecord], list[str]]:
+    """Records from trajectory files/directories (default: ``$AGENTRT_HOME/trajectories``) and the
+    problems found (torn records: reported, skipped)."""
+    if not paths:
+        from agentrt.core.config import load_settings
+
+        directory = Path(home) / "trajectories" if home else load_settings().trajectory_dir
+        if not directory.is_dir():
+            raise InputError(f"no trajectories under {directory}; run the agent first or pass --trajectories FILE")
+        paths = [directory]
+    records: list[TrajectoryRecord] = []
+    problems: list[str] = []
+    for p in paths:
+        try:
+            report = read_trajectories(p)
+        except TrajectoryError as e:
+            if not Path(p).exists():
+                raise InputError(f"no trajectory file or directory at {p}") from None
+            raise
+        records += report.records
+        problems += report.problems
+    return records, problems
+
+
+_OPS = {"=": operator.eq, "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
+        ">": operator.gt, "<": operator.lt}
+_FILTER = re.compile(r"^\s*([\w.]+)\s*(==|!=|>=|<=|=|>|<)\s*(.*?)\s*$")
+
+
+def parse_filter(text: str) -> Callable[[TrajectoryRecord], bool]:
+    """``status=ok``, ``route!=reason``, ``reward>=0.5``, ``task.data_source=gsm8k``, ``usage.total_tokens<500``."""
+    m = _FILTER.match(text)
+    if not m:
+        raise InputError(f"bad filter {text!r}; write KEY=VALUE, KEY!=VALUE, KEY>=NUMBER ... (e.g. status=ok)")
+    key, op, raw = m.groups()
+    fn = _OPS[op]
+
+    def keep(record: TrajectoryRecord) -> bool:
+        value: Any = record.model_dump() if key != "reward" else {"reward": reward_of(record)}
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            return op == "!="
+        try:
+            return bool(fn(float(value), float(raw)))
+        except (TypeError, ValueError):
+            return bool(fn(str(value), raw)) if op in ("=", "==", "!=") else False
+
+    return keep
+
+
+def apply_filters(records: list[TrajectoryRecord], filters: Iterable[str]) -> list[TrajectoryRecord]:
+    keeps = [parse_filter(f) for f in filters]
+    return [r for r in records if all(k(r) for k in keeps)]
+
+
+def reward_of(record: TrajectoryRecord) -> float | None:
+    """The run's reward: recorded, else computed from its task's verifier and ground truth (if any)."""
+    if record.reward is not None:
+        return record.reward
+    task = record.task
+    if task is None or task.ground_truth is None:
+        return None
+    from agentrt.trajectory import rewards
+
+    verifier = task.verifier or rewards.verifier_for(task.data_source)
+    if verifier is None:
+        return None
+    r = rewards.score(verifier, record.answer, task.ground_truth)
+    record.rewards.setdefault(verifier, r)
+    record.reward = r.score
+    return r.score
+
+
+# -- conversations ----------------------------------------------------------------------------------
+
+def prompt_messages(record: TrajectoryRecord) -> list[dict[str, Any]]:
+    """The prompt the run started from: the first model call's messages without an assistant prefill."""
+    calls = [s for s in record.steps if s.get("kind") == "model_call"]
+    if not calls:
+        return [{"role": "user", "content": record.question}]
+    messages = [{"role": m["role"], "content": m.get("content") or ""} for m in calls[0]["messages"]]
+    while messages and messages[-1]["role"] == "assistant":
+        messages.pop()
+    return messages or [{"role": "user", "content": record.question}]
+
+
+def sft_messages(record: TrajectoryRecord, *, json_args: bool = True) -> list[dict[str, Any]]:
+    """The run as a chat: tool calls become assistant ``tool_calls`` + ``tool`` messages; the final
+    assistant message is the last model call's output (thought included). Without tool calls it is
+    the last model call's conversation."""
+    tools = [s for s in record.steps if s.get("kind") == "tool_call"]
+    if not tools:
+        return final_conversation(record)
+    messages = prompt_messages(record)
+    for i, step in enumerate(tools):
+        call_id = step.get("call_id") or f"call_{i}"
+        args = step.get("args") or {}
+        messages.append({"role": "assistant", "content": "", "tool_calls": [{
+            "id": call_id, "type": "function",
+            "function": {"name": step["name"], "arguments": json.dumps(args) if json_args else args}}]})
+        result = step.get("result") if step.get("error") is None else f"error: {step['error']}"
+        messages.append({"role": "tool", "tool_call_id": call_id, "name": step["name"], "content": result or ""})
+    messages.append({"role": "assistant", "content": final_conversation(record)[-1]["content"]})
+    return messages
+
+
+def _ground_truth(record: TrajectoryRecord) -> Any:
+    return record.task.ground_truth if record.task is not None else None
+
+
+def _gt_text(gt: Any) -> str:
+    return gt if isinstance(gt, str) else json.dumps(gt, ensure_ascii=False)
+
+
+def _prompt_key(record: TrajectoryRecord) -> str:
+    task = record.task
+    if task is not None and task.prompt_id:
+        return f"{task.data_source}:{task.prompt_id}"
+    return json.dumps(prompt_messages(record), sort_keys=True)
+
+
+# -- row builders -------------------------------------------------------------------------------------
+
+def rows_verl(records: list[TrajectoryRecord], report: ExportReport, **_: Any) -> list[dict]:
+    rows, seen = [], set()
+    for r in records:
+        gt = _ground_truth(r)
+        if gt is None:
+            report.skip("no ground truth")
+            continue
+        key = _prompt_key(r)
+        if key in seen:
+            report.skip("prompt already exported")
+            continue
+        seen.add(key)
+        task = r.task
+        rows.append({
+            "data_source": task.data_source, "prompt": prompt_messages(r), "ability": task.ability,
+            "reward_model": {"style": "rule", "ground_truth": _gt_text(gt)},
+            "extra_info": {"index": len(rows), "run_id": r.run_id, "split": task.split or "train",
+                           "question": r.question, "verifier": task.verifier or ""},
+        })
+    return rows
+
+
+def rows_verl_tokens(records: list[TrajectoryRecord], report: ExportReport, **_: Any) -> list[dict]:
+    rows = []
+    for r in records:
+        segments, breaks = token_segments(r)
+        if not segments:
+            report.skip("no token ids")
+            continue
+        if breaks:
+            report.split += 1
+            report.problems += [f"run {r.run_id}: {b}" for b in breaks]
+        reward = reward_of(r)
+        for i, seg in enumerate(segments):
+            rows.append({"run_id": r.run_id, "segment": i, "prompt_ids": seg.prompt_ids, "response_ids": seg.response_ids,
+                         "response_mask": seg.response_mask, "response_logprobs": seg.response_logprobs,
+                         "reward": reward, "n_calls": len(seg.calls),
+                         "data_source": r.task.data_source if r.task else "agentrt"})
+    return rows
+
+
+def rows_trl_prompts(records: list[TrajectoryRecord], report: ExportReport, **_: Any) -> list[dict]:
+    return [{"prompt": row["prompt"], "answer": row["reward_model"]["ground_truth"], "data_source": row["data_source"],
+             "verifier": row["extra_info"]["verifier"]} for row in rows_verl(records, report)]
+
+
+def rows_trl_sft(records: list[TrajectoryRecord], report: ExportReport, *, parquet: bool = False, **_: Any) -> list[dict]:
+    rows = []
+    for r in records:
+        tools = [json.dumps(t) for t in r.tools] if parquet else r.tools
+        rows.append({"messages": sft_messages(r), "tools": tools, "run_id": r.run_id})
+    return rows
+
+
+def rows_triplets(records: list[TrajectoryRecord], report: ExportReport, **_: Any) -> list[dict]:
+    rows = []
+    for r in records:
+        calls = [c for c in r.model_calls() if c.has_ids()]
+        if not calls:
+            report.skip("no token ids")
+            continue
+        reward = reward_of(r)
+        for i, c in enumerate(calls):
+            ids = c.completion_token_ids[0] or []
+            rows.append({"run_id": r.run_id, "index": i, "name": c.name,
+                         "prompt": {"token_ids": c.prompt_token_ids},
+                         "response": {"token_ids": ids, "log_probs": c.completion_logprobs[0] or [0.0] * len(ids)},
+                         "reward": reward if i == len(calls) - 1 else None})
+    return rows
+
+
+def rows_openai(records: list[TrajectoryRecord], report: ExportReport, **_: Any) -> list[dict]:
+    rows = []
+    for r in records:
+        messages = sft_messages(r)
+        if messages[-1]["role"] != "assistant" or not messages[-1].get("content"):
+            report.skip("no assistant answer")
+            continue
+        row: dict[str, Any] = {"messages": messages}
+        if r.tools:
+            row["tools"] = r.tools
+        rows.append(row)
+    return rows
+
+
+def rows_flat(records: list[TrajectoryRecord], report: ExportReport, **_: Any) -> list[dict]:
+    return [{
+        "run_id": r.run_id, "schema_version": r.schema_version, "created_at": r.created_at, "question": r.question,
+        "route": r.route, "answer": r.answer, "thought": r.thought, "status": r.status, "error": r.error,
+        "reward": reward_of(r), "prompt_tokens": r.usage.get("prompt_tokens", 0),
+        "completion_tokens": r.usage.get("completion_tokens", 0), "budget_total": r.budget.get("total", 0),
+        "wall_s": r.timings.get("wall_s", 0.0), "n_steps": len(r.steps),
+        "data_source": r.task.data_source if r.task else None,
+        "ground_truth": _gt_text(_ground_truth(r)) if _ground_truth(r) is not None else None,
+        "steps_json": json.dumps(r.steps, ensure_ascii=False),
+    } for r in records]
+
+
+def rows_grpo(records: list[TrajectoryRecord], report: ExportReport, *, min_group: int = 2, **_: Any) -> list[dict]:
+    groups: dict[str, list[tuple[TrajectoryRecord, float]]] = defaultdict(list)
+    for r in records:
+        reward = reward_of(r)
+        if reward is None:
+            report.skip("no reward")
+            continue
+        groups[_prompt_key(r)].append((r, reward))
+    rows = []
+    for gid, (key, members) in enumerate(groups.items()):
+        if len(members) < min_group:
+            report.skip(f"group smaller than {min_group}")
+            continue
+        rewards = [rw for _, rw in members]
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
+        for r, rw in members:
+            rows.append({"group_id": gid, "group_size": len(members), "run_id": r.run_id, "prompt": prompt_messages(r),
+                         "completion": final_conversation(r)[-1]["content"], "answer": r.answer, "reward": rw,
+                         "advantage": (rw - mean) / (std + 1e-6) if std > 0 else 0.0})
+    return rows
+
+
+FORMATS: dict[str, Callable[..., list[dict]]] = {
+    "verl": rows_verl, "verl-tokens": rows_verl_tokens, "trl-prompts": rows_trl_prompts, "trl-sft": rows_trl_sft,
+    "triplets": rows_triplets, "openai": rows_openai, "parquet": rows_flat, "grpo": rows_grpo,
+}
+
+
+def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_group: int = 2) -> ExportReport:
+    """Write ``records`` as ``fmt`` to ``out`` (``.parquet`` or ``.jsonl``); returns what happened."""
+    if fmt not in FORMATS:
+        raise InputError(f"unknown export format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    out = Path(out)
+    parquet = out.suffix == ".parquet"
+    if fmt == "openai" and parquet:
+        raise InputError("the openai format is JSONL; give --out a .jsonl name")
+    if out.suffix not in (".parquet", ".jsonl"):
+        raise InputError(f"--out {out} must end in .parquet or .jsonl")
+    report = ExportReport(fmt, str(out), runs=len(records))
+    valid = []
+    for r in records:
+        try:
+            r.model_calls()
+            valid.append(r)
+        except TrajectoryError as e:  # one malformed run must not sink the export: leave it out, say why
+            report.skip("malformed model_call step")
+            report.problems.append(str(e))
+    rows = FORMATS[fmt](valid, report, parquet=parquet, min_group=min_group)
+    if not rows:
+        raise InputError(f"no {fmt} rows from {len(records)} runs (skipped: {report.skipped_text()}); "
+                         "check --filter and that the runs carry what the format needs (task, token ids)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_rows(rows, out)
+    report.rows = len(rows)
+    return report
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    """JSONL, or Parquet through pyarrow (written to a temporary name, then renamed: never half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise missing_extra("pyarrow", "train") from None
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
+    else:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+__all__ = ["FORMATS", "ExportReport", "export", "load_runs", "apply_filters", "parse_filter", "reward_of",
+           "prompt_messages", "sft_messages", "write_rows", "check_continuity", "token_segments", "final_conversation"]
