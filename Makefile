@@ -46,7 +46,7 @@ run: $(STAMP)
 	$(BIN)/agentrt demo
 
 test: $(STAMP) $(VLLM_STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/lint-imports --no-cache && $(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python evals/bench/batcher.py

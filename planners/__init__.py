@@ -6,7 +6,7 @@ through a ``complete(messages, params)`` callable the runtime passes in.
 
 from planners.heuristic import HeuristicPlanner
 from planners.llm import LLMPlanner, plan_schema
-from planners.plan import Plan, PlanError, Step, StopCriteria, check_quality, validate_plan
+from planners.plan import Plan, PlanError, Step, check_quality, validate_plan
 
-__all__ = ["HeuristicPlanner", "LLMPlanner", "Plan", "PlanError", "Step", "StopCriteria", "check_quality",
-           "plan_schema", "validate_plan"]
+__all__ = ["HeuristicPlanner", "LLMPlanner", "Plan", "PlanError", "Step", "check_quality", "plan_schema",
+           "validate_plan"]

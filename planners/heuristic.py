@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from agentrt.core.text import YES_NO
 from planners.plan import Plan, Step, validate_plan
 
 _COMPARE = re.compile(r"^(?P<head>[^,]+?),\s*(?:the\s+)?(?P<a>[^,?]+?),?\s+or\s+(?:the\s+)?(?P<b>[^,?]+?)\s*\??$", re.I)
@@ -23,7 +24,6 @@ _BRIDGE = re.compile(
     r"(?P<np>\b(?:the|a|an)\s+(?:(?!(?:of|the|a|an)\b)[\w'-]+\s+){0,2}?[\w'-]+\s+(?:that|which|who|whose|where)\s+[^?]+?)\s*\??$", re.I)
 _NAME = r"[A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*)*"
 _LIST = re.compile(rf"(?P<items>(?:{_NAME},\s+)+{_NAME},?\s+and\s+{_NAME})")
-_YES_NO = re.compile(r"^(?:are|were|is|was|do|did|does|have|has|can|could)\b", re.I)
 
 
 class HeuristicPlanner:
@@ -42,7 +42,11 @@ class HeuristicPlanner:
     def plan_sync(self, question: str) -> Plan:
         q = " ".join(question.split())
         steps, choices = self._decompose(q)
-        plan = Plan(goal=q, steps=steps[: self.max_fanout], answer_choices=choices, planner=self.name)
+        if len(steps) > self.max_fanout:
+            # Cutting the decomposition would drop options or items without a word: search the whole
+            # question as one step instead (the answer choices still hold).
+            steps = [Step(id="s1", question=q)]
+        plan = Plan(goal=q, steps=steps, answer_choices=choices, planner=self.name)
         return validate_plan(plan, max_fanout=self.max_fanout, max_depth=self.max_depth)
 
     def _decompose(self, q: str) -> tuple[list[Step], list[str]]:
@@ -58,7 +62,7 @@ class HeuristicPlanner:
         m = _LIST.search(q)
         if m:
             items = [i.strip() for i in re.split(r",\s*(?:and\s+)?|\s+and\s+", m["items"])]
-            items = [i for i in items if i][: self.max_fanout]
+            items = [i for i in items if i]
             if len(items) >= 3:
                 template = q.replace(m["items"], "{item}")
                 return [Step(id=f"s{i + 1}", question=template.replace("{item}", it), budget_share=1.0)
@@ -69,4 +73,4 @@ class HeuristicPlanner:
             outer = q[: m.start("np")] + "{s1}" + q[m.end("np"):]
             return [Step(id="s1", question=f"What is {np_}?"),
                     Step(id="s2", question=outer.rstrip("?") + "?", depends_on=["s1"])], []
-        return [Step(id="s1", question=q)], (["yes", "no"] if _YES_NO.match(q) else [])
+        return [Step(id="s1", question=q)], (["yes", "no"] if YES_NO.match(q) else [])

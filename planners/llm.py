@@ -37,6 +37,16 @@ def plan_tokens(max_fanout: int) -> int:
     return max_fanout * (QUESTION_CHARS + 50) + 16
 
 
+# Room kept for the planner's prompt (instructions, question, three background hits of 160 characters).
+PROMPT_TOKENS = 256
+
+
+def max_fanout_for(context_length: int, prompt_tokens: int = PROMPT_TOKENS) -> int:
+    """The most steps a model with a ``context_length``-token window can be asked to plan: the prompt
+    plus ``plan_tokens(n)`` new tokens must fit (0 when not even one step does)."""
+    return max(0, (context_length - prompt_tokens - 16) // (QUESTION_CHARS + 50))
+
+
 def plan_schema(max_fanout: int) -> dict[str, Any]:
     """The JSON schema the planner decodes under: bounded arrays and strings."""
     ids = [f"s{i + 1}" for i in range(max_fanout)]

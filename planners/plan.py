@@ -33,23 +33,16 @@ class Step(BaseModel):
     budget_share: float = Field(default=1.0, gt=0.0, le=1.0, description="relative weight of the step's budget")
 
 
-class StopCriteria(BaseModel):
-    """When the searchers may stop: step and token bounds, and what counts as enough."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_steps_per_searcher: int = Field(default=2, ge=1, le=8)
-    min_findings: int = Field(default=1, ge=0, description="findings needed before synthesis is worth it")
-
-
 class Plan(BaseModel):
-    """A goal, its steps (a DAG), stop criteria; ``answer_choices`` when the answer is one of a few."""
+    """A goal and its steps (a DAG); ``answer_choices`` when the answer is one of a few.
+
+    How long a searcher may run is the route's setting (``PlanSettings.max_steps``), not the plan's.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     goal: str = Field(min_length=1)
     steps: list[Step] = Field(min_length=1)
-    stop: StopCriteria = Field(default_factory=StopCriteria)
     answer_choices: list[str] = Field(default_factory=list)
     planner: str = ""
 

@@ -18,7 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+# Real data the tests read ships inside the project (tests/data, evals/data); never ../shared.
+TEST_DATA = ROOT / "tests" / "data"
 
 
 @pytest.fixture(autouse=True)

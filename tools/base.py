@@ -41,11 +41,17 @@ class ToolError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """The outcome of one call: ``output`` (truncated to the tool's cap) or ``error`` (never both)."""
+    """The outcome of one call: ``output`` (truncated to the tool's cap) or ``error`` (never both).
+
+    ``data`` is the same result as structured values for the runtime (the model only ever sees
+    ``output``): e.g. the search tool's hits as ``{id, title, text, score}`` dicts, so a caller that
+    needs them never parses the text back. A tool returns a ``ToolResult`` to set it.
+    """
 
     output: str = ""
     error: str | None = None
     truncated: bool = False
+    data: Any = None
 
     @property
     def ok(self) -> bool:
@@ -127,10 +133,15 @@ async def execute(tool: Tool, arguments: Any) -> ToolResult:
         raise
     except Exception as e:  # a tool's bug is the model's observation, not the run's crash
         return ToolResult(error=f"{tool.name} failed: {type(e).__name__}: {e}")
-    text = render_output(value)
+    if isinstance(value, ToolResult):  # text plus structured data; the text cap applies all the same
+        if value.error is not None:
+            return ToolResult(error=value.error)
+        text, data = value.output, value.data
+    else:
+        text, data = render_output(value), None
     if len(text) > tool.max_output_chars:
-        return ToolResult(text[: tool.max_output_chars] + " [truncated]", truncated=True)
-    return ToolResult(text)
+        return ToolResult(text[: tool.max_output_chars] + " [truncated]", truncated=True, data=data)
+    return ToolResult(text, data=data)
 
 
 def render_output(value: Any) -> str:

@@ -1,7 +1,8 @@
 """The ``fetch`` tool: a whole document by id (an id that ``search`` returned).
 
 The runtime hands in a ``Fetcher``: ``fetcher(doc_id)`` -> a document (dict or object with ``id``,
-``title``, ``text``) or None when there is no such id.
+``title``, ``text``) or None when there is no such id. A call's ``ToolResult.data`` is the document as
+``{id, title, text, truncated}``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any, Protocol
 
 from agentrt.core.errors import InputError
 from tools._hits import field
-from tools.base import Tool, ToolError, tool
+from tools.base import Tool, ToolError, ToolResult, tool
 
 
 class Fetcher(Protocol):
@@ -24,7 +25,7 @@ def make_fetch_tool(fetcher: Fetcher, *, name: str = "fetch", max_chars: int = 4
         raise InputError("make_fetch_tool needs a callable fetcher(doc_id) -> document or None")
 
     @tool(name=name, timeout_s=timeout_s, max_output_chars=max_chars + 200)
-    def fetch(doc_id: str) -> str:
+    def fetch(doc_id: str) -> ToolResult:
         """Fetch one document by the id a search result showed in brackets.
 
         Args:
@@ -35,6 +36,8 @@ def make_fetch_tool(fetcher: Fetcher, *, name: str = "fetch", max_chars: int = 4
             raise ToolError(f"no document with id {doc_id!r}; use an id from a search result")
         text = str(field(doc, "text", "") or "")
         cut = " [truncated]" if len(text) > max_chars else ""
-        return f"[{field(doc, 'id', doc_id)}] {field(doc, 'title', '') or ''}".rstrip() + f"\n{text[:max_chars]}{cut}"
+        data = {"id": str(field(doc, "id", doc_id)), "title": str(field(doc, "title", "") or ""),
+                "text": text[:max_chars], "truncated": bool(cut)}
+        return ToolResult(f"[{data['id']}] {data['title']}".rstrip() + f"\n{text[:max_chars]}{cut}", data=data)
 
     return fetch

@@ -1,7 +1,8 @@
 """The ``memory_read`` / ``memory_write`` tools over any store that follows ``NoteStore``.
 
 tools/ never imports memory/: the runtime hands in a store (memory/'s own, or an adapter) with
-``search(query, k)`` -> hits (id/title/text/score) and ``add(text, metadata)`` -> id.
+``search(query, k)`` -> hits (id/title/text/score) and ``add(text, metadata)`` -> id. ``memory_read``
+returns the notes as text and, like ``search``, as structured hits in ``ToolResult.data``.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentrt.core.errors import InputError
-from tools.base import Tool, ToolError, tool
-from tools.search import format_hits
+from tools.base import Tool, ToolError, ToolResult, tool
+from tools.search import hits_result
 
 
 class NoteStore(Protocol):
@@ -27,14 +28,15 @@ def make_memory_tools(store: NoteStore, *, max_note_chars: int = 2000, passage_c
         raise InputError("make_memory_tools needs a store with search(query, k) and add(text, metadata)")
 
     @tool(timeout_s=30)
-    def memory_read(query: str, k: int = 3) -> str:
+    def memory_read(query: str, k: int = 3) -> ToolResult:
         """Recall notes saved in earlier turns or runs that match the query.
 
         Args:
             query: What to recall, in a few words.
             k: How many notes to return (1-10).
         """
-        return format_hits(list(store.search(query, max(1, min(k, 10)))), passage_chars)
+        # the notes as text for the model and as {id, title, text, score} dicts (ToolResult.data)
+        return hits_result(list(store.search(query, max(1, min(k, 10)))), passage_chars)
 
     @tool(timeout_s=30)
     def memory_write(note: str) -> str:

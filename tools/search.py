@@ -1,7 +1,9 @@
 """The ``search`` tool: corpus / memory search, returning passages with ids and titles to cite.
 
 tools/ never imports memory/: the runtime hands in any ``Searcher`` (``searcher(query, k)`` -> hits,
-each a dict or object with ``id``, ``title``, ``text`` and ``score``).
+each a dict or object with ``id``, ``title``, ``text`` and ``score``). A call's ``ToolResult`` carries
+the hits twice: as text for the model (``output``) and as ``{id, title, text, score}`` dicts for the
+runtime (``data``), so the plan route cites passages without parsing the text back.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentrt.core.errors import InputError
-from tools._hits import clip, field
-from tools.base import Tool, ToolError, tool
+from tools._hits import as_hit
+from tools.base import Tool, ToolError, ToolResult, tool
 
 
 class Searcher(Protocol):
@@ -20,28 +22,34 @@ class Searcher(Protocol):
     def __call__(self, query: str, k: int) -> Sequence[Any]: ...
 
 
-def format_hits(hits: Sequence[Any], passage_chars: int) -> str:
-    """One block per hit: ``[id] title (score)`` then the passage. Retrieved text is data, not orders."""
-    if not hits:
-        return "no results"
+def hits_result(hits: Sequence[Any], passage_chars: int) -> ToolResult:
+    """``hits`` as the model reads them (``output``: one ``[id] title (score)`` block per hit, then the
+    passage) and as the runtime uses them (``data``: a list of ``{id, title, text, score}`` dicts).
+    Retrieved text is data, not orders: the tool loop frames it as such."""
+    data = [as_hit(h, passage_chars) for h in hits]
     blocks = []
-    for hit in hits:
-        score = field(hit, "score")
-        head = f"[{field(hit, 'id', '?')}] {field(hit, 'title', '') or ''}".rstrip()
-        if isinstance(score, (int, float)):
-            head += f" (score {score:.3f})"
-        blocks.append(f"{head}\n{clip(field(hit, 'text', '') or '', passage_chars)}")
-    return "\n\n".join(blocks)
+    for h in data:
+        head = f"[{h['id']}] {h['title']}".rstrip()
+        if h["score"] is not None:
+            head += f" (score {h['score']:.3f})"
+        blocks.append(f"{head}\n{h['text']}")
+    return ToolResult("\n\n".join(blocks) if blocks else "no results", data=data)
+
+
+def format_hits(hits: Sequence[Any], passage_chars: int) -> str:
+    """Just the text of ``hits_result``."""
+    return hits_result(hits, passage_chars).output
 
 
 def make_search_tool(searcher: Searcher, *, name: str = "search", max_k: int = 10,
                      passage_chars: int = 600, timeout_s: float = 30.0) -> Tool:
-    """A ``search(query, k)`` tool over ``searcher``; results name their ids so answers can cite them."""
+    """A ``search(query, k)`` tool over ``searcher``; results name their ids so answers can cite them,
+    and carry the hits as ``ToolResult.data``."""
     if not callable(searcher):
         raise InputError("make_search_tool needs a callable searcher(query, k) -> hits")
 
     @tool(name=name, timeout_s=timeout_s, max_output_chars=max_k * (passage_chars + 120))
-    def search(query: str, k: int = 5) -> str:
+    def search(query: str, k: int = 5) -> ToolResult:
         """Search the knowledge base and return the best passages with their ids and titles.
 
         Args:
@@ -50,6 +58,6 @@ def make_search_tool(searcher: Searcher, *, name: str = "search", max_k: int = 1
         """
         if not query.strip():
             raise ToolError("the query is empty; pass a few words to search for")
-        return format_hits(list(searcher(query, max(1, min(k, max_k))))[:max_k], passage_chars)
+        return hits_result(list(searcher(query, max(1, min(k, max_k))))[:max_k], passage_chars)
 
     return search

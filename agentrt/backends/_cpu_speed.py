@@ -1,15 +1,22 @@
-"""CPU decode speed-ups for the transformers batcher, each measured by evals/bench/batcher.py.
+"""CPU decode speed-ups for the transformers batcher, all in one place; each measured by evals/bench/batcher.py.
 
-* Grouped-query attention for one-token decode steps without copying the KV cache. transformers' SDPA path repeats every key/value head ``num_key_value_groups`` times whenever an
-attention mask is present (always, in a left-padded batch). At batch 8 with ~700 cached tokens that
-copy moves hundreds of MB per step on SmolLM2 and dominates the step on a CPU. For a single query token
-the query heads that share a KV head can instead be laid out as that head's query rows: the same
-  attention, no copy. Prompt passes (several query tokens) take transformers' own path.
+``speed_up(model)`` applies them once at load (hf_runner.py). Values and shapes stay what transformers
+expects, so greedy output stays token-identical to ``model.generate``.
+
+* Grouped-query attention for one-token decode steps without copying the KV cache. transformers' SDPA path
+  repeats every key/value head ``num_key_value_groups`` times whenever an attention mask is present (always,
+  in a left-padded batch). At batch 8 with ~700 cached tokens that copy moves hundreds of MB per step on
+  SmolLM2 and dominates the step on a CPU. For a single query token the query heads that share a KV head
+  can instead be laid out as that head's query rows: the same attention, no copy. Prompt passes (several
+  query tokens) take transformers' own path.
 * Linear weights stored transposed (same values and shape to callers): ``x @ W.T`` then reads a contiguous
   matrix, which makes MKL's sgemm about 2x faster for the 4-16 row products of a batched decode step and
   no slower at 1 row or in prompt passes.
 * The LM head (the largest single matrix: vocabulary x hidden) through a oneDNN-packed weight when a step
   has several rows: ~1.5x faster at 4-8 rows; one row keeps the plain product, which is faster there.
+
+The fourth speed-up, a KV cache that grows in place instead of being copied every step, is the cache's own
+layout and lives with it in ``_kvcache.py`` (``GrowingLayer``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,13 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "agentrt_sdpa_gqa"
+
+
+def speed_up(model: Any) -> None:
+    """Apply every CPU speed-up below to a freshly loaded ``model`` (in this order)."""
+    use_gqa_decode(model)
+    transpose_linear_storage(model)
+    pack_lm_head(model)
 
 
 def sdpa_gqa_decode(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -1,23 +1,35 @@
-"""Executors: where the runs of an eval or a rollout happen.
+"""Executors: where the tasks of a batch (an eval, a rollout) run, and how a command picks one.
 
-* ``local`` — asyncio workers in this process sharing one Agent (``evals.runner.run_tasks``).
+* ``local`` — asyncio workers in this process sharing one runtime (``agentrt.batch.local``).
 * ``ray``   — Ray actors, each holding its own runtime (backends, memory client), pulling tasks with a
   bounded number in flight; results and trajectories stream back to this process, which alone writes
   them (``agentrt.batch.ray``; extra ``ray``).
 
-An executor has ``name``, ``async run_tasks(agent, tasks, config, *, on_result=None) -> records`` (the
-contract of ``evals.runner.run_tasks``: resumable from ``OUT/results.jsonl``, every key exactly once)
-and ``close()``. Pick one on the command line (``--executor ray --ray-address ADDR``) or in the config
-file's ``[executor]`` table (see examples/cluster.toml); the command line wins.
+An executor has ``name``, ``close()`` and::
+
+    async run(job, tasks, results, *, runtime=None, trajectories=None, workers=None, on_result=None) -> records
+
+It runs every task whose key is not yet in ``results`` (a ``ResultsFile``: resumable, every key
+exactly once) through ``job`` (``agentrt.batch.tasks.Job``) and returns all records. ``runtime`` is
+this process's runtime (the local executor runs on it), ``trajectories`` the writer the Ray executor
+writes the actors' trajectories with, ``workers`` the local concurrency. ``run_batch`` adds the
+default executor and a progress bar. Pick an executor on the command line (``--executor ray
+--ray-address ADDR``) or in the config file's ``[executor]`` table (see examples/cluster.toml); the
+command line wins.
 """
 
 from __future__ import annotations
 
 import argparse
 import tomllib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentrt.batch.local import LocalExecutor
+from agentrt.batch.progress import ProgressBar
+from agentrt.batch.results import ResultsFile, read_results
+from agentrt.batch.tasks import BatchTask, Job
 from agentrt.core.errors import ConfigError
 
 EXECUTORS = ("local", "ray")
@@ -27,26 +39,38 @@ RAY_OPTIONS = ("address", "actors", "max_inflight", "actor_cpus", "actor_gpus", 
 
 
 class Executor(Protocol):
+    """Where a batch runs (see the module docstring)."""
+
     name: str
 
-    async def run_tasks(self, agent: Any, tasks: list[Any], config: Any, *,
-                        on_result: Any = None) -> list[dict[str, Any]]: ...
+    async def run(self, job: Job, tasks: Sequence[BatchTask], results: ResultsFile, *, runtime: Any = None,
+                  trajectories: Any = None, workers: int | None = None,
+                  on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]: ...
 
     def close(self) -> None: ...
 
 
-class LocalExecutor:
-    """In-process asyncio workers (``config.workers``) sharing the Agent's backend batcher."""
+async def run_batch(job: Job, tasks: Sequence[BatchTask], results: ResultsFile, *, executor: Executor | None = None,
+                    runtime: Any = None, trajectories: Any = None, workers: int | None = None,
+                    on_result: Callable[[dict[str, Any]], None] | None = None,
+                    progress: ProgressBar | None = None) -> list[dict[str, Any]]:
+    """Run a batch on ``executor`` (default: local), with ``progress`` drawn on stderr when given.
 
-    name = "local"
+    Returns every record of ``results`` (those of earlier, resumed runs too). The caller closes the executor.
+    """
+    executor = executor if executor is not None else LocalExecutor()
+    options = {"runtime": runtime, "trajectories": trajectories, "workers": workers}
+    if progress is None:
+        return await executor.run(job, tasks, results, on_result=on_result, **options)
+    keys = {t.key for t in tasks}
+    completed = sum(1 for r in read_results(results.path) if r.get("key") in keys)
+    with progress.track(len(keys), completed) as advance:
+        def both(record: dict[str, Any]) -> None:
+            advance(record)
+            if on_result is not None:
+                on_result(record)
 
-    async def run_tasks(self, agent: Any, tasks: list[Any], config: Any, *, on_result: Any = None) -> list[dict[str, Any]]:
-        from evals.runner import run_tasks
-
-        return await run_tasks(agent, tasks, config, on_result=on_result)
-
-    def close(self) -> None:
-        pass
+        return await executor.run(job, tasks, results, on_result=both, **options)
 
 
 def make_executor(kind: str = "local", **options: Any) -> Executor:

@@ -1,19 +1,20 @@
-"""The Ray executor: evals and rollouts on Ray actors, written by one writer in the driver.
+"""The Ray executor: a batch on Ray actors, written by one writer in the driver.
 
     executor = RayExecutor(actors=2, max_inflight=2)      # or address="auto" / "ray://head:10001"
-    evaluate(config, agent=agent, executor=executor)       # or `agentrt eval ... --executor ray`
-    executor.close()
+    records = await run_batch(job, tasks, results, executor=executor, trajectories=writer)
+    executor.close()                                       # or `agentrt eval ... --executor ray`
 
 How it works:
 
-* Each actor (``Worker``) holds one runtime: an Agent built from the driver's Settings (policy and
-  planner backends, memory client), loaded once. Its trajectory "writer" is an in-memory buffer:
-  nothing is written on the workers.
+* Each actor (``Worker``) holds one runtime, built by the job (``job.open(buffer)``: for an eval, an
+  Agent from the driver's Settings with its policy and planner backends and memory client), loaded
+  once. Its trajectories go to an in-memory buffer: nothing is written on the workers.
 * The driver hands each actor at most ``max_inflight`` tasks at a time (backpressure; concurrent
   tasks on one actor meet in its backend's batcher) and refills an actor as its results come back.
-* Results and trajectories come back together; the driver writes the trajectories (the Agent's
-  writer) and then the result line (``OUT/results.jsonl``, fsynced), one task at a time: no
-  interleaving, and a resumed run skips every key already there, as the local runner does.
+* A task's result and trajectories (the buffer's records tagged ``metadata["task_key"]`` with its
+  key) come back together; the driver writes the trajectories (``trajectories``, e.g. the Agent's
+  TrajectoryWriter) and then the result line (``OUT/results.jsonl``, fsynced), one task at a time:
+  no interleaving, and a resumed run skips every key already there, as the local executor does.
 * An actor that dies (killed, OOM, node lost) fails its in-flight tasks with ``RayActorError``: they
   go back to the queue (at most ``max_attempts`` tries each) and run on another actor; up to
   ``respawn`` replacement actors are started. Nothing from a dead actor was written, and a key is
@@ -23,19 +24,16 @@ How it works:
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import json
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrt.batch.results import ResultsFile
+from agentrt.batch.tasks import TASK_KEY, BatchTask, Job, one_line
 from agentrt.core.errors import ConfigError, RunError, missing_extra
-
-# The task key of the run on this asyncio task (actor side): tags the trajectory the run writes.
-_TASK_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentrt_task_key", default=None)
 
 
 def _ray() -> Any:
@@ -46,89 +44,47 @@ def _ray() -> Any:
     return ray
 
 
-class _Buffer:
-    """An actor's trajectory store: keeps each record under the key of the task whose run wrote it."""
+class TrajectoryBuffer:
+    """An actor's trajectory store: keeps each record under the key of the task whose run wrote it.
+
+    ``path`` is the driver's trajectory file (where the records will land), so results that name it
+    are right. ``append`` may be called from a worker thread (the Agent writes off the event loop).
+    """
 
     def __init__(self, path: str) -> None:
         self.path = Path(path)
         self.by_key: dict[str | None, list[Any]] = {}
 
-    def append(self, record: Any) -> None:  # may be called from the runner's scoring thread
-        self.by_key.setdefault(record.metadata.get("task_key"), []).append(record)
+    def append(self, record: Any) -> None:
+        self.by_key.setdefault(record.metadata.get(TASK_KEY), []).append(record)
 
     def pop(self, key: str) -> list[Any]:
         return self.by_key.pop(key, [])
 
 
-class _Tagger:
-    """The Agent's writer on an actor: tags each record with its task key (read from the run's context,
-    where the Agent calls ``append``), then hands it to the runner's capture (scoring) -> ``_Buffer``."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.keys: dict[str, str] = {}
-
-    @property
-    def path(self) -> Path:
-        return self.inner.path
-
-    def append(self, record: Any) -> None:
-        key = _TASK_KEY.get()
-        if key is not None:  # lets readers match a trajectory to its task (and check uniqueness)
-            record.metadata = {**record.metadata, "task_key": key}
-            self.keys[record.run_id] = key
-        self.inner.append(record)
-
-
 class Worker:
-    """The body of a Ray actor: one runtime, and ``run(task, config)`` -> result + trajectories."""
+    """The body of a Ray actor: the job's runtime, and ``run(task)`` -> result + trajectories."""
 
-    def __init__(self, settings: dict[str, Any], trajectory_path: str) -> None:
-        from agentrt.app.agent import Agent
-        from agentrt.core.config import Settings, ensure_writable_dir
-        from evals.runner import _Capture
-
-        conf = Settings.model_validate(settings)
-        try:  # the driver's home may not exist on this node; runs only need a scratch home here
-            ensure_writable_dir(conf.trajectory_dir, "trajectory directory")
-        except ConfigError:
-            import tempfile
-
-            conf = conf.model_copy(update={"home": Path(tempfile.gettempdir()) / f"agentrt-actor-{os.getuid()}"})
-        self.agent = Agent(conf)
-        self.buffer = _Buffer(trajectory_path)
-        self.capture = _Capture(self.buffer)  # the runner's scoring writer, as in the local executor
-        self.tagger = _Tagger(self.capture)
-        self.agent.writer = self.tagger
+    def __init__(self, job: Job, trajectory_path: str) -> None:
+        self.job = job
+        self.buffer = TrajectoryBuffer(trajectory_path)
+        self.runtime = job.open(self.buffer)
 
     async def ready(self) -> dict[str, Any]:
-        """Load the backends now (not on the first task), so a bad spec fails the start with its message."""
+        """Load the runtime now (not on the first task), so a bad spec fails the start with its message."""
         try:
-            policy = self.agent.policy
-            if self.agent.settings.planner:
-                self.agent.planner
+            info = self.job.ready(self.runtime)
         except Exception as e:  # noqa: BLE001 - reported to the driver as one line
             return {"pid": os.getpid(), "error": f"{type(e).__name__}: {e}"}
-        return {"pid": os.getpid(), "node": _ray().util.get_node_ip_address(), "policy": policy.name}
+        return {**info, "pid": os.getpid(), "node": _ray().util.get_node_ip_address()}
 
-    async def run(self, task: Any, config: Any) -> dict[str, Any]:
-        from evals.runner import run_one
-
-        self.capture.by_question.setdefault(task.item.question, task.item)
-        token = _TASK_KEY.set(task.key)
+    async def run(self, job: Job, task: BatchTask) -> dict[str, Any]:
+        """Run one task of ``job`` (this batch's; the runtime was built by the first one) on this actor's
+        runtime; its trajectories (a failed run's too) come back with its result."""
         try:
-            result = await run_one(self.agent, self.capture, task, config)
-        finally:
-            _TASK_KEY.reset(token)
-        # run_one awaits its own trajectory; a failed run's trajectory may still be on its way.
-        pending = getattr(self.capture, "pending", {})
-        mine = [run_id for run_id, key in self.tagger.keys.items() if key == task.key]
-        for run_id in mine:
-            self.tagger.keys.pop(run_id, None)
-            future = pending.pop(run_id, None)
-            if future is not None:
-                await asyncio.gather(future, return_exceptions=True)
-        records = self.buffer.pop(task.key)
+            result = await job.run(self.runtime, task)
+        finally:  # a raising task is retried from scratch: drop what its attempt left here
+            records = self.buffer.pop(task.key)
         return {"result": result, "trajectories": [r.model_dump(mode="json") for r in records]}
 
 
@@ -143,7 +99,10 @@ class _Slot:
 
 
 class RayExecutor:
-    """Runs eval/rollout tasks on Ray actors (see the module docstring).
+    """Runs the tasks of a batch on Ray actors (see the module docstring).
+
+    The actors and their runtimes are started by the first batch (``job.open``) and reused by later
+    batches on the same executor, which bring their own job; ``close()`` to start over with other settings.
 
     ``address``: a cluster to join (``auto``, ``HOST:PORT``, ``ray://HOST:10001``); None starts a local
     one (``num_cpus`` CPUs, no dashboard) unless this process already called ``ray.init``.
@@ -173,12 +132,13 @@ class RayExecutor:
         self._closing = False  # set by close(): the driver loop stops, dead actors are not replaced
         self._respawn_left = respawn
         self._remote: Any = None
-        self._init_args: tuple[dict[str, Any], str] | None = None
+        self._init_args: tuple[Job, str] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def start(self, settings: Any, trajectory_path: str = "") -> None:
-        """Join or start the cluster and start the actors; waits until each has loaded its runtime."""
+    def start(self, job: Job, trajectory_path: str = "") -> None:
+        """Join or start the cluster and start the actors (each ``Worker(job)``); waits until each has loaded
+        its runtime. ``trajectory_path``: the driver's trajectory file, which the actors' results name."""
         if self.slots:
             return
         self._closing = False
@@ -197,7 +157,7 @@ class RayExecutor:
         if self.env:
             options["runtime_env"] = {"env_vars": {k: str(v) for k, v in self.env.items()}}
         self._remote = ray.remote(Worker).options(**options)
-        self._init_args = (settings.model_dump(mode="json"), str(trajectory_path))
+        self._init_args = (job, str(trajectory_path))
         for _ in range(self.actors):
             self._new_slot()
         refs = {slot.actor.ready.remote(): slot for slot in self.slots}
@@ -213,15 +173,15 @@ class RayExecutor:
                 info = ray.get(ref)
             except ray.exceptions.RayError as e:
                 self.close()
-                raise RunError(f"Ray actor {slot.index} failed to start: {_one_line(e)}") from None
+                raise RunError(f"Ray actor {slot.index} failed to start: {one_line(e)}") from None
             if "error" in info:
                 self.close()
                 raise ConfigError(f"Ray actor {slot.index} could not load its runtime: {info['error']}")
             slot.pid, slot.node = info["pid"], info["node"]
 
     def _new_slot(self) -> _Slot:
-        settings, path = self._init_args  # type: ignore[misc]
-        slot = _Slot(len(self.slots), self._remote.remote(settings, path))
+        job, path = self._init_args  # type: ignore[misc]
+        slot = _Slot(len(self.slots), self._remote.remote(job, path))
         self.slots.append(slot)
         return slot
 
@@ -250,53 +210,57 @@ class RayExecutor:
 
     # -- running ------------------------------------------------------------------------------------
 
-    async def run_tasks(self, agent: Any, tasks: list[Any], config: Any, *,
-                        on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-        """``evals.runner.run_tasks`` on Ray: runs every task not yet in OUT/results.jsonl; returns all records."""
-        from evals.runner import pending
+    async def run(self, job: Job, tasks: Sequence[BatchTask], results: ResultsFile, *, runtime: Any = None,
+                  trajectories: Any = None, workers: int | None = None,
+                  on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+        """Run every task not yet in ``results`` on the actors; returns all records (old and new).
 
-        results_path, records, todo = pending(tasks, config)
-        if not todo:
-            return records
-        done = {r["key"] for r in records}
-        self.start(agent.settings, str(agent.writer.path))
-        with open(results_path, "ab") as fh:
-            def write(task: Any, out_: dict[str, Any], slot: _Slot, attempt: int) -> None:
-                if task.key in done:  # cannot happen with the bookkeeping below; never count twice anyway
+        ``trajectories`` (required: e.g. the Agent's TrajectoryWriter) gets the records the actors send
+        back, each task's before its result line. ``runtime`` and ``workers`` are the local executor's:
+        here the actors are the runtimes and ``actors x max_inflight`` the concurrency.
+        """
+        if trajectories is None:
+            raise ConfigError("the Ray executor writes the actors' trajectories in this process: pass "
+                              "trajectories= (a TrajectoryWriter, e.g. agent.writer)")
+        todo = results.start(tasks)
+        try:
+            if not todo:
+                return results.records
+            self.start(job, str(trajectories.path))
+
+            def write(task: BatchTask, out: dict[str, Any], slot: _Slot, attempt: int) -> None:
+                if results.has(task.key):  # cannot happen with the bookkeeping below; never count twice anyway
                     self.stats["duplicates_dropped"] += 1
                     return
                 from agentrt.trajectory import TrajectoryRecord
 
-                for t in out_["trajectories"]:  # the trajectory first: a result line implies its trajectory
-                    agent.writer.append(TrajectoryRecord.model_validate(t))
-                record = {**out_["result"], "worker": slot.index, "attempt": attempt}
-                fh.write((json.dumps(record, ensure_ascii=False) + "\n").encode())
-                fh.flush()
-                os.fsync(fh.fileno())
-                done.add(task.key)
-                records.append(record)
-                if on_result:
+                for t in out["trajectories"]:  # the trajectory first: a result line implies its trajectory
+                    trajectories.append(TrajectoryRecord.model_validate(t))
+                record = {**out["result"], "key": task.key, "worker": slot.index, "attempt": attempt}
+                if results.write(record) and on_result is not None:
                     on_result(record)
 
             # Ray calls block: drive them from a thread so the event loop (progress bar) stays free.
             try:
-                await asyncio.to_thread(self._drive, todo, config, write)
+                await asyncio.to_thread(self._drive, job, todo, write)
             except asyncio.CancelledError:  # Ctrl-C: let the driver thread stop at its next round
                 self._closing = True
                 raise
-        return records
+        finally:
+            await results.finish()
+        return results.records
 
-    def _drive(self, todo: list[Any], config: Any, write: Callable[..., None]) -> None:
+    def _drive(self, job: Job, todo: list[BatchTask], write: Callable[..., None]) -> None:
         ray = _ray()
-        config_ref = ray.put(config)
-        pending: deque[Any] = deque(todo)
+        job_ref = ray.put(job)  # shipped once per batch, not with every task
+        pending: deque[BatchTask] = deque(todo)
         attempts: dict[str, int] = {}
-        inflight: dict[Any, tuple[Any, _Slot]] = {}
+        inflight: dict[Any, tuple[BatchTask, _Slot]] = {}
         while pending or inflight:
             if self._closing:  # closed under us (Ctrl-C): what is written stays; a rerun resumes the rest
                 raise RunError(f"the Ray executor was closed with {len(pending) + len(inflight)} tasks unfinished; "
                                "run the same command again to resume")
-            self._fill(pending, inflight, attempts, config_ref)
+            self._fill(pending, inflight, attempts, job_ref)
             if not inflight:
                 raise RunError(f"every Ray actor died and no respawns are left; {len(pending)} tasks did not run "
                                "(run the same command again to resume them)")
@@ -308,14 +272,14 @@ class RayExecutor:
                     out = ray.get(ref)
                 except ray.exceptions.RayActorError as e:
                     self._lost(slot)
-                    self._retry(task, pending, attempts, config, write, slot, f"actor {slot.index} died: {_one_line(e)}")
+                    self._retry(job, task, pending, attempts, write, slot, f"actor {slot.index} died: {one_line(e)}")
                 except ray.exceptions.RayError as e:  # the task itself raised (a bug, a bad pickle)
-                    self._retry(task, pending, attempts, config, write, slot, _one_line(e))
+                    self._retry(job, task, pending, attempts, write, slot, one_line(e))
                 else:
                     write(task, out, slot, attempts[task.key])
 
-    def _fill(self, pending: deque[Any], inflight: dict[Any, tuple[Any, _Slot]], attempts: dict[str, int],
-              config_ref: Any) -> None:
+    def _fill(self, pending: deque[BatchTask], inflight: dict[Any, tuple[BatchTask, _Slot]],
+              attempts: dict[str, int], job_ref: Any) -> None:
         """Top every live actor up to max_inflight tasks, one task per actor per round (spreads the work)."""
         while pending:
             free = [s for s in self.slots if s.alive and s.inflight < self.max_inflight]
@@ -326,7 +290,7 @@ class RayExecutor:
                     return
                 task = pending.popleft()
                 attempts[task.key] = attempts.get(task.key, 0) + 1
-                inflight[slot.actor.run.remote(task, config_ref)] = (task, slot)
+                inflight[slot.actor.run.remote(job_ref, task)] = (task, slot)
                 slot.inflight += 1
 
     def _lost(self, slot: _Slot) -> None:
@@ -344,33 +308,15 @@ class RayExecutor:
             self.stats["respawned"] += 1
             self._new_slot()  # tasks queue on it until its runtime is loaded
 
-    def _retry(self, task: Any, pending: deque[Any], attempts: dict[str, int], config: Any,
+    def _retry(self, job: Job, task: BatchTask, pending: deque[BatchTask], attempts: dict[str, int],
                write: Callable[..., None], slot: _Slot, why: str) -> None:
         if attempts[task.key] < self.max_attempts:
             self.stats["retried"] += 1
             pending.appendleft(task)
             return
         self.stats["gave_up"] += 1
-        write(task, {"result": error_record(task, config, f"gave up after {attempts[task.key]} attempts: {why}"),
+        write(task, {"result": job.failed(task, f"gave up after {attempts[task.key]} attempts: {why}"),
                      "trajectories": []}, slot, attempts[task.key])
 
 
-def error_record(task: Any, config: Any, error: str) -> dict[str, Any]:
-    """A results.jsonl record for a task that could not run (same fields as the runner's error records)."""
-    from evals.runner import sample_seed
-
-    choice = task.router.choose(task.item)
-    return {"key": task.key, "router": task.router.name, "suite": task.suite, "item_id": task.item.id,
-            "sample": task.sample, "seed": sample_seed(config.seed, task.suite, task.item.id, task.sample),
-            "type": task.item.type, "fixed": task.router.fixed, "p_success": choice.p_success,
-            "route": choice.route or "", "answer": "", "score": 0.0, "correct": False, "abstained": False,
-            "reason": "", "status": "error", "error": error, "truncated": False, "prompt_tokens": 0,
-            "completion_tokens": 0, "thinking_tokens": 0, "tool_calls": 0, "latency_s": 0.0, "trajectory_id": None}
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
-__all__ = ["RayExecutor", "Worker", "error_record"]
+__all__ = ["RayExecutor", "TrajectoryBuffer", "Worker"]

@@ -1,7 +1,8 @@
 """Runtime settings: where agentrt keeps its files and which models it uses.
 
 Settings come from (lowest to highest): defaults, a TOML file (``$AGENTRT_HOME/config.toml`` or
-``--config``), environment variables, explicit arguments.
+``--config``), environment variables, explicit arguments. The ``[agentrt]`` table holds the settings;
+``[agentrt.plan]`` the plan route's (``PlanSettings``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,27 @@ def default_home() -> Path:
     """``$AGENTRT_HOME``, else ``~/.cache/agentrt``."""
     env = os.environ.get("AGENTRT_HOME")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "agentrt"
+
+
+class PlanSettings(BaseModel):
+    """Caps and knobs of the plan route (``[agentrt.plan]`` in the TOML file); defaults sized for the
+    embedded model on a CPU. Out-of-range values are refused when the settings load, not cut at run time."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    planner: str = Field(default="llm", pattern="^(llm|heuristic)$")  # llm: the model plans, rules as fallback
+    # Searchers one plan may start. 16 at most: a model-made plan of N steps needs ~110 N tokens of JSON
+    # (planners.llm.plan_tokens), and 16 already splits a default budget too thin for one search each.
+    max_fanout: int = Field(default=8, ge=1, le=16)
+    max_depth: int = Field(default=2, ge=1, le=8)  # levels of dependent steps (1: all in parallel)
+    max_steps: int = Field(default=2, ge=1, le=8)  # model calls per searcher
+    step_max_tokens: int = Field(default=48, ge=1, le=4096)
+    step_timeout_s: float = Field(default=300.0, gt=0)
+    search_k: int = Field(default=3, ge=1, le=10)  # passages per search (the search tool's own cap is 10)
+    passage_chars: int = Field(default=300, ge=20, le=4000)
+    synth_max_tokens: int = Field(default=96, ge=8, le=4096)
+    synth_reserve: int = Field(default=900, ge=0)  # tokens held back from the searchers so synthesis can run
+    verify: bool = False  # ask the model whether the cited passages support the answer (recorded)
 
 
 class Settings(BaseModel):
@@ -57,6 +79,7 @@ class Settings(BaseModel):
     # Episodic memory: remember every finished run in the "episodes" collection of the memory store;
     # the router reads how similar past questions went (features past_runs / past_success).
     episodic_memory: bool = False
+    plan: PlanSettings = Field(default_factory=PlanSettings)  # the plan route ([agentrt.plan])
 
     @property
     def trajectory_dir(self) -> Path:

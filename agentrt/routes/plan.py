@@ -5,23 +5,29 @@ The one module that imports LangGraph (lazily, inside ``build_graph``). Graph::
     plan --Send x N--> search --> reconvene --(more levels: Send x M)--> search ...
                                            \\--(done)--> synthesize --> verify? --> END
 
-* The planner makes a ``Plan`` (model with constrained JSON, rules as fallback); it is validated
+* The run first searches the corpus for the question itself (top ``search_k``, recorded as a
+  ``memory_op`` step), so the planner plans from what the index holds.
+* The planner makes a ``Plan`` (model with constrained JSON, rules as fallback); it is validated once
   (caps, DAG), emitted as an ``{"type": "plan"}`` event, offered to the ``approve_plan`` hook (which may
-  edit or reject it) and recorded as a ``plan`` trajectory step — all before any searcher starts.
+  edit or reject it) and recorded as a ``plan`` trajectory step — all before any searcher starts. The
+  validated ``Plan`` stays on the run; the graph state keeps its dict for the record.
 * Steps run level by level: a level's searchers run concurrently (so a batching backend serves them in
   shared forward passes); a dependent step runs after its dependencies, their findings substituted for
   its ``{sN}`` placeholders.
 * Each searcher is a bounded tool loop (``run_tool_loop``, at most ``max_steps`` calls) with a corpus
   search tool, inside its own child budget carved from the run's; closing the child returns what it
   did not spend. The plan's total is what remains minus a reserve for synthesis, so it never exceeds it.
-* A searcher that raises or times out is reported as failed; synthesis uses what came back and says
-  what is missing. ``BudgetExceeded`` in synthesis leaves ``ctx.best_answer`` (the best partial answer)
-  for the Agent to return, marked truncated.
+* The search tool hands back its hits as structured data (``ToolResult.data``); the findings carry
+  them to synthesis, which cites their ids.
+* A searcher that raises or times out is reported as failed (a ``searcher_failed`` step); synthesis
+  uses what came back and says what is missing. ``BudgetExceeded`` in synthesis leaves
+  ``ctx.best_answer`` (the best partial answer) for the Agent to return, marked truncated.
 
-Events go through ``ctx.emit`` (the Agent's ``on_event``). Callbacks (``ctx.callbacks``):
-``approve_plan(plan)`` returns True (run it), an edited ``Plan`` (or its dict), or None/False (reject);
-``searcher(query, k)`` (default: the corpus ``settings.corpus``); ``plan_options`` (a ``PlanOptions``);
-``planner`` (an object with ``async plan(question, hits) -> Plan``).
+Settings: ``ctx.settings.plan`` (``PlanSettings``, ``[agentrt.plan]`` in the config file); the corpus
+searched is ``settings.corpus``. Events go through ``ctx.emit`` (the Agent's ``on_event``). The one
+caller hook, ``ctx.callbacks["approve_plan"](plan)``, returns True (run it), an edited ``Plan`` (or its
+dict), or None/False (reject). ``run_plan`` takes a searcher, a planner and settings of its own (tests,
+benchmarks).
 """
 
 from __future__ import annotations
@@ -31,38 +37,22 @@ import json
 import operator
 import re
 import time
-from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
-from agentrt.core.errors import BudgetExceeded, RunError, missing_extra
+from agentrt.core.config import PlanSettings
+from agentrt.core.errors import BudgetExceeded, ConfigError, RunError, missing_extra
+from agentrt.core.types import GenParams, Message
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.routes.toolcall import run_tool_loop
-from agentrt.trajectory import PlanStep
-from agentrt.core.types import GenParams, Message
-from planners import HeuristicPlanner, LLMPlanner, Plan, PlanError, validate_plan
+from agentrt.trajectory import MemoryOpStep, PlanResultStep, PlanStep, SearcherFailedStep
+from planners import HeuristicPlanner, LLMPlanner, Plan, validate_plan
+from planners.llm import max_fanout_for, plan_tokens
 from planners.plan import PLACEHOLDER
+from tools.search import hits_result, make_search_tool
 
 SYNTH_SYSTEM = ("Answer the question using only the findings. Reply with JSON: a short answer and the ids "
                 "of the passages that support it.")
 SEARCH_PROMPT = "Find out: {q}\nSearch the knowledge base first, then give a short final answer."
-_HIT_HEAD = re.compile(r"^\[([^\]]+)\]\s*(.*?)(?:\s+\(score [^)]*\))?$")
-
-
-@dataclass(slots=True)
-class PlanOptions:
-    """Caps and knobs of the plan route (defaults sized for the embedded model on a CPU)."""
-
-    planner: str = "llm"  # "llm" (model, rules as fallback) or "heuristic"
-    max_fanout: int = 8
-    max_depth: int = 2
-    max_steps: int = 2  # model calls per searcher
-    step_max_tokens: int = 48
-    step_timeout_s: float = 300.0
-    search_k: int = 3
-    passage_chars: int = 300
-    synth_max_tokens: int = 96
-    synth_reserve: int = 900  # tokens held back from the searchers so synthesis can run
-    verify: bool = False
 
 
 class PlanState(TypedDict, total=False):
@@ -97,38 +87,44 @@ def checked(fn: Any) -> Any:
     return node
 
 
-def parse_passages(result: str | None) -> list[dict[str, str]]:
-    """Passages (id, title, text) out of a search tool result (``[id] title (score)`` + text blocks)."""
-    out = []
-    for block in (result or "").split("\n\n"):
-        head, _, text = block.partition("\n")
-        m = _HIT_HEAD.match(head.strip())
-        if m:
-            out.append({"id": m[1], "title": m[2].strip(), "text": text.strip()})
-    return out
-
-
 class _Run:
     """The nodes of one run's graph; they close over the run context (not serializable state)."""
 
-    def __init__(self, ctx: RunContext, opts: PlanOptions, searcher: Any, planner: Any) -> None:
-        self.ctx, self.opts, self.planner = ctx, opts, planner
+    def __init__(self, ctx: RunContext, opts: PlanSettings, searcher: Any, planner: Any, store: str) -> None:
+        self.ctx, self.opts, self.searcher, self.planner, self.store = ctx, opts, searcher, planner, store
         self.hooks = getattr(ctx, "callbacks", None) or {}
-        from tools.search import make_search_tool
-
         self.tool = make_search_tool(searcher, max_k=opts.search_k, passage_chars=opts.passage_chars)
         self.rejected = False
+        self.plan: Plan | None = None  # set once by the plan node, validated; later nodes read it here
 
     def emit(self, event: dict[str, Any]) -> None:
         emit = getattr(self.ctx, "emit", None)  # RunContext.emit: observers' errors never break the run
         if emit is not None:
             emit(event)
 
-    # -- nodes -------------------------------------------------------------------------------
-    async def plan(self, state: dict[str, Any]) -> dict[str, Any]:
+    async def recall(self, question: str) -> list[dict[str, Any]]:
+        """The run's first search: the top ``search_k`` hits for the question itself, as
+        ``{id, title, text, score}`` dicts, recorded as a ``memory_op`` step. A failing search is
+        recorded and yields no hits: the planner then plans from the question alone."""
         t0 = time.perf_counter()
-        plan: Plan = await self.planner.plan(state["question"], None)
-        plan = validate_plan(plan, max_fanout=self.opts.max_fanout, max_depth=self.opts.max_depth)
+        k, error = self.opts.search_k, None
+        try:
+            # a sync searcher (Chroma, BM25) runs in a thread so concurrent runs keep going
+            raw = await asyncio.wait_for(asyncio.to_thread(self.searcher, question, k), self.opts.step_timeout_s)
+            hits = hits_result(list(raw)[:k], self.opts.passage_chars).data
+        except Exception as e:  # noqa: BLE001 - hits only inform the plan; the searchers report their own failures
+            hits, error = [], f"{type(e).__name__}: {e}"
+        self.ctx.record(MemoryOpStep(op="search", store=self.store, query=question, ids=[h["id"] for h in hits],
+                                     n_results=len(hits), latency_s=round(time.perf_counter() - t0, 4),
+                                     t_start_s=round(t0 - self.ctx.started, 4),
+                                     **({"error": error} if error else {})).model_dump())
+        return hits
+
+    # -- nodes -------------------------------------------------------------------------------
+    async def make_plan(self, state: dict[str, Any]) -> dict[str, Any]:
+        hits = await self.recall(state["question"])
+        t0 = time.perf_counter()
+        plan = self._checked(await self.planner.plan(state["question"], hits))
         pool = max(0, self.ctx.budget.remaining - self.opts.synth_reserve)
         # Recording the plan emits it (a "step" event) before any searcher starts.
         self._record_plan(plan, pool, "proposed", t0)
@@ -137,15 +133,20 @@ class _Run:
             verdict = approve(plan)
             if verdict is None or verdict is False:
                 self.rejected = True
-            elif verdict is not True:  # an edited plan (a Plan or its dict): validated like any other
-                edited = verdict if isinstance(verdict, Plan) else Plan.model_validate(verdict)
-                edited = validate_plan(Plan.model_validate(edited.model_dump()),
-                                       max_fanout=self.opts.max_fanout, max_depth=self.opts.max_depth)
+            elif verdict is not True:  # an edited plan (a Plan or its dict): checked like any other
+                # pydantic does not re-validate a Plan instance (the hook may have changed its fields): dump it
+                edited = self._checked(Plan.model_validate(
+                    verdict.model_dump() if isinstance(verdict, Plan) else verdict))
                 if edited != plan:
                     plan = edited
                     self._record_plan(plan, pool, "edited", t0)
             self.emit({"type": "plan_approved", "approved": not self.rejected, "plan": plan.model_dump()})
+        self.plan = plan
         return {"plan": plan.model_dump(), "level": 0, "step_budgets": plan.budget_split(pool)}
+
+    def _checked(self, plan: Plan) -> Plan:
+        """The route's caps hold whoever made the plan (a custom planner need not check them)."""
+        return validate_plan(plan, max_fanout=self.opts.max_fanout, max_depth=self.opts.max_depth)
 
     def _record_plan(self, plan: Plan, pool: int, approval: str, t0: float) -> None:
         self.ctx.record(PlanStep(planner=plan.planner or getattr(self.planner, "name", ""), plan=plan.model_dump(),
@@ -157,9 +158,9 @@ class _Run:
         """Send one searcher per step of the current level (or go to synthesis)."""
         from langgraph.types import Send
 
-        if self.rejected:
+        plan = self.plan
+        if self.rejected or plan is None:
             return "synthesize"
-        plan = Plan.model_validate(state["plan"])
         levels = plan.levels()
         level = state.get("level", 0)
         if level >= len(levels):
@@ -193,7 +194,9 @@ class _Run:
             return self._failed(step, q, f"{type(e).__name__}: {e}")
         finally:
             budget.close()  # unspent tokens flow back to the run
-        passages = [p for c in result.calls if c.get("name") == self.tool.name for p in parse_passages(c.get("result"))]
+        # the search tool's hits as it returned them (ToolResult.data), never parsed back from its text
+        passages = [h for call, out in zip(result.calls, result.outcomes, strict=True)
+                    if call.get("name") == self.tool.name and out.ok for h in out.data or []]
         finding = {"step": step["id"], "question": q, "answer": result.answer, "stopped": result.stopped,
                    "passages": passages, "tokens": budget.spent, "wall_s": round(time.perf_counter() - t0, 3)}
         self.emit({"type": "searcher_done", "step_id": step["id"], "stopped": result.stopped})
@@ -202,7 +205,8 @@ class _Run:
         return {"findings": [finding]}
 
     def _failed(self, step: dict[str, Any], q: str, why: str) -> dict[str, Any]:
-        self.ctx.record({"kind": "searcher_failed", "step": step["id"], "question": q, "error": why})
+        self.ctx.record(SearcherFailedStep(step=step["id"], question=q, error=why,
+                                           t_start_s=round(time.perf_counter() - self.ctx.started, 4)).model_dump())
         self.emit({"type": "searcher_failed", "step_id": step["id"], "error": why})
         return {"failed": [{"step": step["id"], "question": q, "error": why}]}
 
@@ -210,13 +214,13 @@ class _Run:
         return {"level": state.get("level", 0) + 1}
 
     async def synthesize(self, state: dict[str, Any]) -> dict[str, Any]:
-        if self.rejected:
+        plan = self.plan
+        if self.rejected or plan is None:
             return {"answer": "", "citations": [], "missing": ["the plan was rejected by approve_plan"]}
-        plan = Plan.model_validate(state["plan"])
         findings = sorted(state.get("findings", []), key=lambda f: f["step"])
         failed = sorted(state.get("failed", []), key=lambda f: f["step"])
         missing = [f"{f['step']} ({f['question']}): {f['error']}" for f in failed]
-        passages: dict[str, dict[str, str]] = {}
+        passages: dict[str, dict[str, Any]] = {}
         lines = []
         for f in findings:
             lines.append(f"[{f['step']}] {f['question']} -> {f['answer'] or '(no answer)'}")
@@ -274,7 +278,7 @@ def build_graph(run: _Run) -> Any:
     except ImportError:
         raise missing_extra("langgraph", "workflow") from None
     g = StateGraph(PlanState)
-    g.add_node("plan", checked(run.plan))
+    g.add_node("plan", checked(run.make_plan))
     g.add_node("search", checked(run.search))
     g.add_node("reconvene", checked(run.reconvene))
     g.add_node("synthesize", checked(run.synthesize))
@@ -291,17 +295,29 @@ def build_graph(run: _Run) -> Any:
     return g.compile()
 
 
-def make_planner(ctx: RunContext, opts: PlanOptions) -> Any:
-    """The planner ``opts.planner`` names, calling the model through the run's budgeted ``call_model``."""
+def make_planner(ctx: RunContext, opts: PlanSettings) -> Any:
+    """The planner ``opts.planner`` names, calling the model through the run's budgeted ``call_model``.
+
+    Raises ``ConfigError`` when the planner model cannot write a plan of ``opts.max_fanout`` steps
+    (its context is too short for the JSON), rather than planning fewer steps than asked.
+    """
     if opts.planner == "heuristic":
         return HeuristicPlanner(max_fanout=opts.max_fanout, max_depth=opts.max_depth)
     if opts.planner != "llm":
-        raise PlanError(f"unknown planner {opts.planner!r}; use 'llm' or 'heuristic'")
+        raise ConfigError(f"unknown planner {opts.planner!r}; set [agentrt.plan] planner to 'llm' or 'heuristic'")
+    backend = ctx.planner or ctx.policy
+    fits = max_fanout_for(backend.context_length)
+    if opts.max_fanout > fits:
+        raise ConfigError(
+            f"plan.max_fanout={opts.max_fanout} cannot be honoured: a plan of {opts.max_fanout} steps needs up to "
+            f"{plan_tokens(opts.max_fanout)} tokens from the planner model {backend.name}, whose context is "
+            f"{backend.context_length} tokens; set max_fanout to at most {max(1, fits)} under [agentrt.plan], "
+            f"use a planner model with a longer context, or planner = \"heuristic\"")
 
     async def complete(messages: list[Message], params: GenParams) -> Any:
         return await ctx.call_model("plan", messages, params, backend=ctx.planner)
 
-    return LLMPlanner(complete, max_fanout=min(opts.max_fanout, 2), max_depth=opts.max_depth)
+    return LLMPlanner(complete, max_fanout=opts.max_fanout, max_depth=opts.max_depth)
 
 
 _CORPORA: dict[tuple[str, str], Any] = {}
@@ -319,12 +335,18 @@ def default_searcher(ctx: RunContext) -> Any:
 
 
 async def run_plan(ctx: RunContext, question: str, *, searcher: Any = None, planner: Any = None,
-                   options: PlanOptions | None = None) -> dict[str, Any]:
-    """Run the workflow; returns the final state (answer, citations, findings, failed, missing, plan)."""
-    hooks = getattr(ctx, "callbacks", None) or {}
-    opts = options or hooks.get("plan_options") or PlanOptions()
-    searcher = searcher or hooks.get("searcher") or default_searcher(ctx)
-    run = _Run(ctx, opts, searcher, planner or hooks.get("planner") or make_planner(ctx, opts))
+                   options: PlanSettings | None = None) -> dict[str, Any]:
+    """Run the workflow; returns the final state (answer, citations, findings, failed, missing, plan).
+
+    ``options`` default to ``ctx.settings.plan``; ``searcher(query, k)`` to the corpus
+    ``settings.corpus``; ``planner`` (``async plan(question, hits) -> Plan``) to the one ``options``
+    names. Raises ``ConfigError`` when the options cannot be honoured.
+    """
+    # a context built around a bare backend has no settings: the defaults then
+    opts = options or getattr(ctx.settings, "plan", None) or PlanSettings()
+    store = "searcher" if searcher is not None else f"corpus:{getattr(ctx.settings, 'corpus', 'default')}"
+    searcher = searcher or default_searcher(ctx)
+    run = _Run(ctx, opts, searcher, planner or make_planner(ctx, opts), store)
     graph = build_graph(run)
     # plan + (search + reconvene) per level + synthesize + verify, with slack: set explicitly (default 10k)
     limit = 2 * opts.max_depth + 6
@@ -332,15 +354,15 @@ async def run_plan(ctx: RunContext, question: str, *, searcher: Any = None, plan
 
 
 async def run(ctx: RunContext, question: str) -> RouteOutput:
-    """The ``plan`` route: the answer, with the cited passage ids."""
+    """The ``plan`` route (settings: ``ctx.settings.plan``): the answer, with the cited passage ids."""
     state = await run_plan(ctx, question)
     cites = state.get("citations", [])
-    out = RouteOutput(state.get("answer", ""), citations=cites)
-    ctx.record({"kind": "plan_result", "citations": cites, "missing": state.get("missing", []),
-                "findings": [{k: f[k] for k in ("step", "question", "answer", "stopped", "tokens")}
-                             for f in state.get("findings", [])],
-                **({"verdict": state["verdict"]} if "verdict" in state else {})})
-    return out
+    ctx.record(PlanResultStep(
+        citations=cites, missing=state.get("missing", []), verdict=state.get("verdict"),
+        findings=[{k: f[k] for k in ("step", "question", "answer", "stopped", "tokens")}
+                  for f in state.get("findings", [])],
+        t_start_s=round(time.perf_counter() - ctx.started, 4)).model_dump())
+    return RouteOutput(state.get("answer", ""), citations=cites)
 
 
-__all__ = ["PlanOptions", "PlanState", "build_graph", "checked", "parse_passages", "run", "run_plan"]
+__all__ = ["PlanSettings", "PlanState", "build_graph", "checked", "make_planner", "run", "run_plan"]

@@ -4,7 +4,8 @@
 searchers use. Every model call goes through ``RunContext.call_model`` (so the budget is a hard bound)
 and every tool call is recorded as a step::
 
-    ToolCallStep: {"kind": "tool_call", "name", "args", "result" (truncated), "error", "step", "latency_s", ...}
+    ToolCallStep: {"kind": "tool_call", "name", "args", "result" (truncated to the record's
+                   MAX_TOOL_RESULT_CHARS), "error", "step", "latency_s", ...}
 
 Safety: only tools in ``allowed`` are shown to the model and executable. A call to any other tool (say
 a retrieved document told the model to "run python") becomes an error observation, never a call.
@@ -31,11 +32,11 @@ from agentrt.core.errors import BudgetExceeded, InputError
 from agentrt.core.protocols import ModelBackend
 from agentrt.routes.context import RunContext
 from agentrt.trajectory import ToolCallStep, new_run_id
+from agentrt.trajectory.schema import MAX_TOOL_RESULT_CHARS
 from agentrt.core.types import GenParams, Message, as_messages
 from tools.base import Tool, ToolResult, execute
 from tools.calls import FINAL_ANSWER, ToolCall, call_schema, describe_tools, parse_tool_calls
 
-RESULT_CHARS_IN_STEP = 2000
 MIN_STEP_TOKENS = 16
 Stopped = Literal["answer", "max_steps", "budget", "ask_user"]
 
@@ -49,12 +50,15 @@ Tools:
 
 @dataclass
 class ToolLoopResult:
-    """What a tool loop produced. ``calls`` are the recorded tool_call steps (also in ``ctx.steps``)."""
+    """What a tool loop produced. ``calls`` are the recorded tool_call steps (also in ``ctx.steps``);
+    ``outcomes[i]`` is the full ``ToolResult`` of ``calls[i]``, with any structured ``data`` the tool
+    returned (the step keeps only the truncated text)."""
 
     answer: str
     stopped: Stopped
     steps: int
     calls: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: list[ToolResult] = field(default_factory=list)
     errors: int = 0
     messages: list[Message] = field(default_factory=list)
 
@@ -122,6 +126,7 @@ async def run_tool_loop(
                 outcome = await _call(ctx, call, by_name, step, cached=seen.get(key))
                 seen[key] = outcome
                 result.calls.append(ctx.steps[-1])
+                result.outcomes.append(outcome)
                 if outcome.ok:
                     last_output = outcome.output
                 else:
@@ -163,11 +168,11 @@ async def _call(ctx: RunContext, call: ToolCall, tools: dict[str, Tool], step: i
     else:
         outcome = await execute(tools[call.name], call.arguments)
     well_formed = call.error is None and isinstance(call.arguments, dict)
-    extra = {} if well_formed else {"raw": call.raw[:RESULT_CHARS_IN_STEP]}
+    extra = {} if well_formed else {"raw": call.raw[:MAX_TOOL_RESULT_CHARS]}
     ctx.record(ToolCallStep(
         name=call.name, args=call.arguments if well_formed else {}, call_id=call.id or None,
-        result=outcome.output[:RESULT_CHARS_IN_STEP] if outcome.ok else None,
-        result_truncated=outcome.truncated or len(outcome.output) > RESULT_CHARS_IN_STEP,
+        result=outcome.output[:MAX_TOOL_RESULT_CHARS] if outcome.ok else None,
+        result_truncated=outcome.truncated or len(outcome.output) > MAX_TOOL_RESULT_CHARS,
         error=outcome.error, latency_s=round(time.perf_counter() - start, 4),
         t_start_s=round(start - ctx.started, 4), step=step, cached=cached is not None, **extra,
     ).model_dump())

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentrt.core.text import YES_NO
+
 _ARITHMETIC = re.compile(r"\d\s*[-+*/x×^%]\s*\d|\bhow (many|much)\b|\bcalculate\b|\bsolve\b|\bsum\b|\bproduct\b|\bpercent", re.I)
 _CODE = re.compile(r"\bdef |\bfunction\b|\bpython\b|\bcode\b|\bimplement\b|```|\breturn\b", re.I)
 _MULTI_HOP = re.compile(
@@ -21,7 +23,6 @@ _MULTI_HOP = re.compile(
     r"|\bwho (?:directed|wrote|founded) the\b|,\s*\w+ or \w+", re.I)
 _MULTI_STEP = re.compile(r"\bstep by step\b|\bwhy\b|\bexplain\b|\bprove\b|\bderive\b", re.I)
 _INSTRUCTION = re.compile(r"\bwrite\b|\bat least \d+|\bat most \d+|\bwords?\b|\bparagraphs?\b|\bbullet", re.I)
-_YES_NO = re.compile(r"^\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.I)
 # a choice between named alternatives or a property they share ("Who was born first, A or B?", "Are A and B
 # both ...?"): the questions a search of the private index answers best, unlike the bridge questions
 _COMPARISON = re.compile(
@@ -29,9 +30,10 @@ _COMPARISON = re.compile(
     r"|\b(?:first|older|oldest|younger|earlier|later|larger|longer|taller|more|less|higher|lower|bigger|smaller)\b[^?]*\bor\b"
     r"|\b(?:which|who)\b[^?]*\bor\b|\bor\b[^,;.?]*\??\s*$", re.I)
 _AMBIGUOUS = re.compile(r"^\s*(?:what about|and|how about|it|this|that|they)\b|\b(?:it|this|that)\?\s*$", re.I)
-_UNKNOWABLE = re.compile(r"\b(?:tomorrow|next (?:year|week|month)|will .* win|lottery|my (?:password|name|age))\b", re.I)
+_UNKNOWABLE = re.compile(r"\b(?:tomorrow|next (?:year|week|month)|will .* win|lottery)\b", re.I)
 
 _PERSONAL = re.compile(r"\bmy (password|name|age)\b", re.I)
+_ASKS = re.compile(r"\?\s*$|^\s*(?:what|who|how|which|when|where|tell me)\b", re.I)
 
 
 def _role(message: Any) -> str:
@@ -61,8 +63,10 @@ def extract(question: str, *, coverage: Callable[[str], float] | None = None,
     words = question.split()
     said = " ".join(_content(m) for m in history if _role(m) == "user").lower()
     turn = sum(1 for m in history if _role(m) == "user")
-    personal = _PERSONAL.search(question)
-    unknowable = bool(_UNKNOWABLE.search(question)) and not (personal and f"my {personal[1].lower()}" in said)
+    # asking for what only the user knows ("What is my name?") is unknowable, unless they said it before;
+    # telling it ("My name is Ada.") is not a question at all
+    personal = _PERSONAL.search(question) if _ASKS.search(question) else None
+    unknowable = bool(_UNKNOWABLE.search(question)) or bool(personal and f"my {personal[1].lower()}" not in said)
     ambiguous = (len(words) <= 2 or bool(_AMBIGUOUS.search(question))) and not history
     f: dict[str, float] = {
         "log_chars": math.log1p(len(question)),
@@ -76,7 +80,7 @@ def extract(question: str, *, coverage: Callable[[str], float] | None = None,
         "ambiguous": float(ambiguous),
         "unknowable": float(unknowable),
         "question_mark": float(question.strip().endswith("?")),
-        "yes_no": float(bool(_YES_NO.search(question))),
+        "yes_no": float(bool(YES_NO.search(question))),
         "comparison": float(bool(_COMPARISON.search(question))),
         "coverage": float(coverage(question)) if coverage else 0.0,
         "past_success": 0.0,

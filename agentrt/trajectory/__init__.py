@@ -11,11 +11,13 @@ from agentrt.trajectory.schema import (
     TRAJECTORY_FILE,
     MemoryOpStep,
     ModelCallStep,
+    PlanResultStep,
     PlanStep,
     RewardBreakdown,
     RouteStep,
     RunTask,
     ScoreStep,
+    SearcherFailedStep,
     TaskInfo,
     ToolCallStep,
     TrajectoryRecord,
@@ -36,7 +38,8 @@ from agentrt.trajectory.store import (
 
 __all__ = [
     "SCHEMA_VERSION", "SUPPORTED_VERSIONS", "TRAJECTORY_FILE", "ModelCallStep", "ToolCallStep", "RouteStep",
-    "PlanStep", "MemoryOpStep", "ScoreStep", "STEP_TYPES", "RewardBreakdown", "TaskInfo", "TrajectoryRecord",
+    "PlanStep", "SearcherFailedStep", "PlanResultStep", "MemoryOpStep", "ScoreStep", "STEP_TYPES", "RewardBreakdown",
+    "TaskInfo", "TrajectoryRecord",
     "tool_call_step", "new_run_id", "now", "RunTask", "attach_task", "ReadReport", "TrajectoryWriter", "read_trajectories",
     "iter_records", "find_record", "rebuild_index", "trajectory_files",
 ]

@@ -116,6 +116,26 @@ class PlanStep(_Step):
     latency_s: float = 0.0
 
 
+class SearcherFailedStep(_Step):
+    """A plan searcher that raised, timed out or ran out of budget: the step it served and why."""
+
+    kind: Literal["searcher_failed"] = "searcher_failed"
+    step: str = Field(description="the plan step id (s1, s2, ...)")
+    question: str
+    error: str
+
+
+class PlanResultStep(_Step):
+    """How a plan run ended: the cited passage ids, what is missing, each searcher's finding in brief,
+    and the verifier's verdict when the route verified its answer."""
+
+    kind: Literal["plan_result"] = "plan_result"
+    citations: list[str] = []
+    missing: list[str] = []
+    findings: list[dict[str, Any]] = []  # step, question, answer, stopped, tokens
+    verdict: str | None = None
+
+
 class MemoryOpStep(_Step):
     """A memory operation (read, write, search, delete) and what it touched."""
 
@@ -146,6 +166,8 @@ STEP_TYPES: dict[str, type[_Step]] = {
     "tool_call": ToolCallStep,
     "route_decision": RouteStep,
     "plan": PlanStep,
+    "searcher_failed": SearcherFailedStep,
+    "plan_result": PlanResultStep,
     "memory_op": MemoryOpStep,
     "score": ScoreStep,
 }
@@ -294,6 +316,7 @@ def now() -> float:
 
 __all__ = [
     "SCHEMA_VERSION", "SUPPORTED_VERSIONS", "TRAJECTORY_FILE", "ModelCallStep", "ToolCallStep", "RouteStep",
-    "PlanStep", "MemoryOpStep", "ScoreStep", "STEP_TYPES", "RewardBreakdown", "TaskInfo", "TrajectoryRecord",
+    "PlanStep", "SearcherFailedStep", "PlanResultStep", "MemoryOpStep", "ScoreStep", "STEP_TYPES", "RewardBreakdown",
+    "TaskInfo", "TrajectoryRecord",
     "tool_call_step", "new_run_id", "now", "RunTask", "attach_task",
 ]

@@ -1,6 +1,6 @@
 """Benchmark: the dynamic batcher vs one-at-a-time decoding, and embedded model load times.
 
-    .venv/bin/python evals/bench/batcher.py [--requests 8] [--tokens 128] [--threads 1]
+    .venv/bin/python evals/bench/batcher.py [--requests 8] [--tokens 128] [--threads 1] [--wide-threads N]
 
 Prints one table. Ratios are measured side by side in one run (the machine is shared and noisy).
 Target (issue 2): aggregate throughput of 8 concurrent requests >= 3x the same 8 run sequentially.
@@ -48,6 +48,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--wide-threads", type=int, default=None,
+                    help="threads for prompt passes and multi-row steps (default: Settings().torch_wide_threads, "
+                         "i.e. AGENTRT_TORCH_WIDE_THREADS; 0 = --threads)")
     args = ap.parse_args()
 
     from agentrt.backends._embedded import embedded_model_path
@@ -62,9 +65,11 @@ def main() -> None:
         rows.append(("load: first conversion (GGUF -> fp32 folder)", f"{time.perf_counter() - t:.1f} s"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    path = embedded_model_path(Settings().models_dir)
+    settings = Settings()
+    wide = settings.torch_wide_threads if args.wide_threads is None else args.wide_threads
+    path = embedded_model_path(settings.models_dir)
     t = time.perf_counter()
-    backend = HFBackend(path, threads=args.threads)
+    backend = HFBackend(path, threads=args.threads, wide_threads=wide)
     rows.append(("load: cached fp32 folder", f"{time.perf_counter() - t:.2f} s"))
 
     # max_tokens is forced: stop=[] and a long prompt so every request produces `tokens` tokens
@@ -94,7 +99,7 @@ def main() -> None:
         ("identical greedy outputs", f"{same}/{len(prompts)}"),
         ("batcher: batches / forward passes / max rows",
          f"{backend.stats.batches} / {backend.stats.forward_passes} / {backend.stats.max_batch_rows}"),
-        ("torch threads", str(args.threads)),
+        ("torch threads (one-row / wide)", f"{backend.threads} / {backend.wide_threads}"),
     ]
     table = Table(title="agentrt dynamic batcher (SmolLM2-135M fp32, CPU)")
     table.add_column("measure")

@@ -37,3 +37,12 @@ def reply(messages: list[Message], params: GenParams) -> str:
         return json.dumps({"name": "final_answer", "arguments": {"answer": "found"}}, separators=(",", ":"))
     query = last.split("Find out:", 1)[-1].splitlines()[0].strip()
     return json.dumps({"name": "search", "arguments": {"query": query, "k": 2}}, separators=(",", ":"))
+
+
+def wide_reply(messages: list[Message], params: GenParams) -> str:
+    """Like ``reply``, but the planner proposes as many distinct steps as its schema admits."""
+    steps = (params.json_schema or {}).get("properties", {}).get("steps")
+    if steps is None:
+        return reply(messages, params)
+    return json.dumps({"steps": [{"id": f"s{i}", "question": f"Where was person number {i} born?", "depends_on": []}
+                                 for i in range(1, steps["maxItems"] + 1)]}, separators=(",", ":"))

@@ -68,3 +68,32 @@ def test_sampled_runs_differ_by_seed_and_repeat_with_the_same_seed(agent):
     assert call["params"]["temperature"] == 1.0 and call["params"]["seed"] is not None
     with pytest.raises(InputError, match="temperature"):
         agent.run(q, temperature=5.0)
+
+
+def test_the_readme_session_remembers_the_name(agent):
+    # README: chat = agent.session(budget=400); chat.ask("My name is Ada."); chat.ask("What is my name?")
+    chat = agent.session(budget=400)
+    first = chat.ask("My name is Ada.")
+    assert first.route != "abstain"  # telling the agent something is not an unanswerable question
+    second = chat.ask("What is my name?")
+    assert "Ada" in second.answer and second.route != "abstain", (second.route, second.answer)
+    rec = find_record(agent.writer.path, second.trajectory_id)
+    # the router saw the bare question; the history rode as messages, not folded into the question
+    assert rec.question == "What is my name?"
+    call = [s for s in rec.steps if s["kind"] == "model_call"][-1]
+    assert [m["role"] for m in call["messages"]][1:4] == ["user", "assistant", "user"]
+    assert call["messages"][1]["content"] == "My name is Ada."
+
+
+def test_a_router_that_cannot_pay_for_its_scoring_still_writes_the_trajectory(agent):
+    # the self router scores its labels with the model, through the run's budget: 40 tokens cannot pay for it
+    r = agent.run("What is the capital of France?", router="self", budget=40)
+    assert r.truncated and r.status == "truncated" and r.usage.total_tokens <= 40
+    rec = find_record(agent.writer.path, r.trajectory_id)
+    assert rec is not None and rec.status == "truncated" and "budget" in rec.error
+    # with room to pay, the scoring pass is a recorded, charged step
+    r = agent.run("What is the capital of France?", router="self", budget=600)
+    rec = find_record(agent.writer.path, r.trajectory_id)
+    [score] = [s for s in rec.steps if s["kind"] == "score"]
+    assert score["usage"]["prompt_tokens"] > 0 and len(score["scores"]) == 5
+    assert rec.budget["spent"] == rec.usage["total_tokens"] <= 600

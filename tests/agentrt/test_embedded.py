@@ -74,7 +74,7 @@ def test_models_whose_cache_cannot_merge_prefill_in_one_padded_pass(embedded, mo
     questions = [[Message("user", f"Name a famous {x}.")] for x in ("river", "mountain painter", "city")]
     params = GenParams(max_tokens=8)
     alone = [embedded.chat_sync(q, params).choices[0].token_ids for q in questions]
-    monkeypatch.setattr(embedded, "_mergeable", False)
+    monkeypatch.setattr(embedded.runner, "mergeable", False)
     passes = embedded.stats.forward_passes
 
     async def together():

@@ -13,7 +13,8 @@ import pytest
 from agentrt.core.errors import InputError
 from agentrt.trajectory.rewards import CHEAT_PENALTY, HEDGE_PENALTY, score, unit_tests, verifier_for
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+# Real rows shipped with the tests (tests/data/LICENSES.md): GSM8K, MATH-500 and IFEval excerpts.
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _jsonl(path: Path, n: int) -> list[dict]:
@@ -23,11 +24,12 @@ def _jsonl(path: Path, n: int) -> list[dict]:
             rows.append(json.loads(line))
             if len(rows) == n:
                 break
+    assert len(rows) == n, f"{path} holds {len(rows)} rows, the test reads {n}"
     return rows
 
 
 def test_gsm8k_gold_scores_1_and_wrong_scores_0():
-    rows = _jsonl(DATA / "gsm8k" / "test.jsonl", 40)
+    rows = _jsonl(DATA / "gsm8k-test-first40.jsonl", 40)
     for row in rows:
         gold = row["answer"]
         value = gold.rsplit("####", 1)[1].strip()
@@ -39,7 +41,7 @@ def test_gsm8k_gold_scores_1_and_wrong_scores_0():
 
 
 def test_math500_gold_scores_1_and_wrong_scores_0():
-    rows = _jsonl(DATA / "math500" / "test.jsonl", 25)
+    rows = _jsonl(DATA / "math500-test-first25.jsonl", 25)
     for row in rows:
         assert score("math", f"So the final answer is $\\boxed{{{row['answer']}}}$.", row["answer"]).score == 1.0, row["answer"]
         assert score("math", row["solution"], row["answer"]).score == 1.0, row["answer"]
@@ -131,7 +133,7 @@ def test_code_sandbox_limits():
 
 
 def _ifeval_rows() -> list[dict]:
-    return [json.loads(line) for line in open(DATA / "ifeval" / "input_data.jsonl")]
+    return [json.loads(line) for line in open(DATA / "ifeval-input_data-subset.jsonl")]
 
 
 def test_ifeval_real_rows_followed_and_not_followed():

@@ -59,17 +59,16 @@ def test_session_drops_old_turns_to_fit_its_history_share(agentrt_home):
     chat = Agent(policy=backend).session(budget=200, history_share=0.5)
     for i in range(5):
         chat.ask(f"question number {i}")
-    prompt = chat.prompt_for("next")
-    assert "question number 4" in prompt and "question number 0" not in prompt
-    assert backend.count_tokens([backend_msg(prompt)]) <= 200 * 0.5 + 40
+    history = chat.history_for()
+    said = " ".join(m.content for m in history)
+    assert "question number 4" in said and "question number 0" not in said
+    assert backend.count_tokens(history) <= 200 * 0.5
+    # the last run saw the kept turns as messages and its own question as the last user message
+    messages = backend.calls[-1][0]
+    assert messages[-1].role == "user" and messages[-1].content == "question number 4"
+    assert [m.role for m in messages[1:-1]] == ["user", "assistant"] * ((len(messages) - 2) // 2)
     # the route is decided on the new message, not on the history in front of it
     assert chat.turns[-1].route == "direct"
-
-
-def backend_msg(text: str):
-    from agentrt.core.types import Message
-
-    return Message("user", text)
 
 
 def test_closing_the_stream_cancels_the_run(agentrt_home):
@@ -120,7 +119,7 @@ def test_unknown_raw_events_are_ignored():
 
 
 def test_front_ends_stay_out_of_import_agentrt():
-    code = ("import sys, agentrt, agentrt.app.cli\nagentrt.cli.build_parser()\n"
+    code = ("import sys, agentrt, agentrt.app.cli\nagentrt.app.cli.build_parser()\n"
             "print(','.join(m for m in ('opentelemetry', 'fastapi', 'uvicorn', 'openai', 'pexpect') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

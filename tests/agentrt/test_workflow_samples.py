@@ -7,8 +7,9 @@ import asyncio
 from agentrt.backends.scripted import ScriptedBackend
 from agentrt.core.budget import Budget
 from agentrt.core.config import Settings
-from agentrt.routes import reason
-from agentrt.routes.context import RunContext
+from agentrt import Agent
+from agentrt.routes.context import RouteOptions, RunContext
+from agentrt.routes.reason import run as reason
 from agentrt.routes.sampling import normalize, select
 
 
@@ -24,8 +25,8 @@ def test_verifier_beats_the_majority():
 
 def test_reason_samples_is_one_batched_call_and_backward_compatible():
     backend = ScriptedBackend(["thinking hard </think> Final answer: 7"])
-    ctx = RunContext("r", "q", Budget(4000), backend, Settings())
-    out = asyncio.run(reason(ctx, "What is 3+4?", samples=5))
+    ctx = RunContext("r", "What is 3+4?", Budget(4000), backend, Settings(), options=RouteOptions(samples=5))
+    out = asyncio.run(reason(ctx, "What is 3+4?"))
     assert out.answer == "7" and len(backend.calls) == 1
     params = backend.calls[0][1]
     assert params.n == 5 and params.temperature > 0
@@ -33,5 +34,14 @@ def test_reason_samples_is_one_batched_call_and_backward_compatible():
     assert ctx.budget.spent <= 4000
     # samples=1 (the default) is the old two-call think-then-answer route
     backend = ScriptedBackend(["a thought", "7"])
-    ctx = RunContext("r", "q", Budget(4000), backend, Settings())
+    ctx = RunContext("r", "What is 3+4?", Budget(4000), backend, Settings())
     assert asyncio.run(reason(ctx, "What is 3+4?")).answer == "7" and len(backend.calls) == 2
+
+
+def test_samples_and_verifier_are_reachable_from_the_sdk(agentrt_home):
+    backend = ScriptedBackend(["x </think> Final answer: 41"])
+    agent = Agent(policy=backend)
+    r = agent.run("What is 6*7?", route="reason", samples=3, verifier=lambda a: a == "41", budget=2000)
+    assert r.answer == "41" and backend.calls[0][1].n == 3
+    [step] = [s for s in r.record.steps if s["kind"] == "sample_selection"]
+    assert step["method"] == "verifier" and step["scores"] == [1.0, 1.0, 1.0]

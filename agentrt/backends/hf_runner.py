@@ -1,0 +1,189 @@
+"""The model runner of the transformers batcher: the model, its forward passes and its sampler.
+
+It loads a local Hugging Face folder (with the CPU speed-ups of ``_cpu_speed.py``), runs prompt passes (only
+what the prefix cache lacks) and one-token decode steps over a ``Group`` of rows (``_kvcache.py``), and picks
+each row's next token: grammar mask, then greedy or temperature / top-p sampling. It holds no request state:
+the scheduler (``hf_scheduler.py``) decides what runs and records what comes out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentrt.core.errors import ConfigError, missing_extra
+from agentrt.core.types import GenParams
+
+try:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise missing_extra(e.name or "torch", "hf") from None
+
+from agentrt.backends._cpu_speed import speed_up
+from agentrt.backends._kvcache import Group, PrefixCache, joinable, new_cache
+
+if TYPE_CHECKING:
+    from agentrt.backends.hf_scheduler import BatcherStats, Row
+
+
+class ModelRunner:
+    """One causal LM on the CPU and the passes the scheduler asks for; counts them in ``stats``."""
+
+    def __init__(self, path: Path, stats: BatcherStats, *, threads: int, wide_threads: int,
+                 prefix_cache_mb: int) -> None:
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{path} is not a Hugging Face model folder (no config.json)")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # One thread is as fast at batch 1 and much better when the cores are shared (FACTS.md); wide
+        # passes (prompts, several rows) may use more on cores of your own.
+        self.threads, self.wide_threads = threads, wide_threads
+        torch.set_num_threads(threads)
+        self.stats = stats
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        speed_up(self.model)
+        self.config = self.model.config
+        self.context_length = int(getattr(self.config, "max_position_embeddings", 2048))
+        self.vocab_size = int(self.config.vocab_size)
+        self.eos_ids = _eos_ids(self.tokenizer, self.model)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
+        # Caches without sliding-window layers can be merged: late requests join a running batch and
+        # prompts reuse cached prefixes. Otherwise prompts start together in one left-padded pass.
+        self.mergeable = joinable(new_cache(self.config))
+        self.prefix_cache = PrefixCache(self.config, prefix_cache_mb * 2**20 if self.mergeable else 0)
+        self._grammars = None  # built on first structured request (xgrammar)
+
+    # -- forward passes ----------------------------------------------------------------------------
+    def prefill(self, ids: list[int], rows: list[Row]) -> tuple[Group, torch.Tensor]:
+        """One prompt's pass over what the prefix cache does not hold; its rows (n choices) share the KV.
+        Returns their group and last-token logits (one line per row)."""
+        cached, past = self.prefix_cache.lookup(ids)
+        past = past if past is not None else new_cache(self.config)
+        self.stats.prompt_tokens += len(ids)
+        self.stats.prefix_cached_tokens += cached
+        positions = torch.arange(cached, len(ids), dtype=torch.long).unsqueeze(0)
+        mask = torch.ones((1, len(ids)), dtype=torch.long)
+        new_ids = torch.tensor([ids[cached:]], dtype=torch.long)
+        out = self._forward(prompt=True, wide=new_ids.shape[1] > 1, input_ids=new_ids, attention_mask=mask,
+                            position_ids=positions, past_key_values=past, logits_to_keep=1)
+        past = out.past_key_values
+        self.prefix_cache.store(ids, past)
+        logits = out.logits[:, -1, :].float()
+        if len(rows) > 1:  # n choices share the prompt's KV
+            past.batch_repeat_interleave(len(rows))
+            logits = logits.expand(len(rows), -1)
+        return Group(rows, past, new_ids, positions.expand(len(rows), -1), mask.expand(len(rows), -1)), logits
+
+    def prefill_padded(self, rows: list[Row]) -> tuple[Group, torch.Tensor]:
+        """One left-padded pass over every row's prompt (sliding-window caches cannot be merged later)."""
+        prompts = [r.request.prompt_ids for r in rows]
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        out = self._forward(prompt=True, wide=True, input_ids=ids, attention_mask=mask, position_ids=positions,
+                            logits_to_keep=1)
+        return Group(rows, out.past_key_values, ids, positions, mask), out.logits[:, -1, :].float()
+
+    def decode(self, group: Group) -> torch.Tensor:
+        """One step for every row of ``group`` (its cache grows by one token); the next-token logits."""
+        out = self._forward(prompt=False, wide=len(group.rows) > 1, input_ids=group.step_ids,
+                            attention_mask=group.mask, position_ids=group.step_pos, past_key_values=group.past)
+        group.past = out.past_key_values
+        return out.logits[:, -1, :].float()
+
+    def _forward(self, *, prompt: bool, wide: bool, **inputs: Any) -> Any:
+        n = self.wide_threads if wide else self.threads
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+        t0 = time.perf_counter()
+        out = self.model(**inputs, use_cache=True)
+        if prompt:
+            self.stats.prefill_s += time.perf_counter() - t0
+        else:
+            self.stats.decode_s += time.perf_counter() - t0
+        self.stats.forward_passes += 1
+        return out
+
+    def score(self, prefix_len: int, rows: list[list[int]]) -> list[float]:
+        """Summed log-probability of each row's tokens after its first ``prefix_len`` (one batched pass).
+        Stateless, so it may run beside the batcher thread."""
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(rows):  # right padding: positions stay natural
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
+        with torch.inference_mode():
+            logprobs = torch.log_softmax(self.model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+        scores = []
+        for i, r in enumerate(rows):
+            targets = torch.tensor(r[prefix_len:])
+            positions = torch.arange(prefix_len - 1, len(r) - 1)
+            scores.append(float(logprobs[i, positions, targets].sum()))
+        return scores
+
+    # -- sampling ----------------------------------------------------------------------------------
+    def generator(self, params: GenParams, index: int) -> torch.Generator | None:
+        """The random stream of choice ``index`` of a sampled request (seeded: the same tokens every time)."""
+        if params.temperature <= 0:
+            return None
+        gen = torch.Generator()
+        gen.manual_seed((params.seed if params.seed is not None else time.time_ns()) + index)
+        return gen
+
+    def grammar(self, params: GenParams) -> Any:
+        """A fresh xgrammar matcher for a structured request (JSON schema or choices); None otherwise."""
+        if params.json_schema is None and params.choices is None:
+            return None
+        if self._grammars is None:
+            from agentrt.backends._grammar import GrammarCache
+
+            self._grammars = GrammarCache(self.tokenizer, self.vocab_size)
+        return self._grammars.matcher(params)
+
+    def sample(self, rows: list[Row], logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's next token (grammar mask, then greedy or temperature / top-p sampling) and the
+        log-probabilities of the unmasked logits."""
+        logprobs = torch.log_softmax(logits, dim=-1)
+        next_ids = torch.full((len(rows),), self.pad_id, dtype=torch.long)
+        greedy = [i for i, r in enumerate(rows) if r.request.params.temperature <= 0 and r.grammar is None]
+        if greedy:
+            next_ids[greedy] = logits[greedy].argmax(-1)
+        for i, r in enumerate(rows):
+            if i in greedy:
+                continue
+            row_logits = logits[i].clone()
+            if r.grammar is not None:
+                row_logits = self._grammars.mask(r.grammar, row_logits)
+            p = r.request.params
+            if p.temperature <= 0:
+                next_ids[i] = row_logits.argmax()
+                continue
+            probs = torch.softmax(row_logits / p.temperature, dim=-1)
+            if p.top_p < 1.0:
+                sorted_p, order = probs.sort(descending=True)
+                keep = sorted_p.cumsum(-1) - sorted_p < p.top_p
+                probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+            next_ids[i] = torch.multinomial(probs, 1, generator=r.generator)[0]
+        return next_ids, logprobs
+
+
+def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(source, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif eos:
+            ids.update(int(x) for x in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
