@@ -1,4 +1,4 @@
-"""Multi-turn items: the HotpotQA bridge-question derivation and the runner's conversation loop.
+"""Multi-turn items: the HotpotQA bridge-question derivation and the conversation loop the runner calls.
 
 Derivation (``derive``, deterministic; ``python -m evals.multiturn`` rewrites the shipped files): a
 HotpotQA ``bridge`` question "What government position was held by [the woman who portrayed Corliss
@@ -30,6 +30,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from agentrt.batch import TASK_KEY
+from evals.outcomes import failed_fields, run_fields, run_task, sample_seed, task_base
 from evals.suites import DATA_DIR, Item
 
 SUITE_FILE = DATA_DIR / "hotpotqa-multiturn.jsonl"
@@ -128,17 +130,18 @@ _INDEXED: set[tuple[str, str]] = set()
 _INDEX_LOCK = threading.Lock()
 
 
-async def run_conversation(agent: Any, capture: Any, task: Any, config: Any) -> dict[str, Any]:
-    """Run one multi-turn item: its turns in order through ONE ``Session``, then its plan check.
+async def run_conversation(agent: Any, task: Any, config: Any) -> dict[str, Any]:
+    """Run one multi-turn item (an ``evals.runner.Task``): its turns in order through ONE ``Session``,
+    then its plan check.
 
-    Each turn has the full ``config.budget`` (the prior turns ride in its prompt within the session's
-    ``history_share`` of it) and the router's choice for that turn. The record is the last turn's
+    Each turn is ``session.aask``: the session hands the Agent the prior turns as ``history`` messages
+    (within the session's ``history_share`` of the budget), and the turn's own task and metadata
+    (``eval_item``, ``turn``, ``turns``) go into its trajectory record with its reward. Each turn has
+    the full ``config.budget`` and the router's choice for that turn. The record is the last turn's
     outcome with the conversation's token and time totals, plus ``turns`` (one entry per turn asked,
     with its score and trajectory id) and ``plan`` (the plan check, or None). A turn that raises ends
     the conversation: the record is an error (score 0) and later turns are not asked.
     """
-    from evals.runner import failed_fields, run_fields, sample_seed, task_base
-
     item: Item = task.item
     base = task_base(task, config, None)
     session = agent.session(budget=config.budget)
@@ -146,38 +149,32 @@ async def run_conversation(agent: Any, capture: Any, task: Any, config: Any) -> 
     turns: list[dict[str, Any]] = []
     for n, turn in enumerate(item.turns or [], 1):
         choice = task.router.choose(turn)
-        prompt = session.prompt_for(turn.question, config.budget)
-        # The Agent's writer sees the prompt (history + question): map it to this turn and its index.
-        capture.by_question[prompt] = turn
-        capture.metadata[prompt] = {"eval_item": item.id, "turn": n, "turns": len(item.turns or [])}
+        metadata = {TASK_KEY: task.key, "eval_item": item.id, "turn": n, "turns": len(item.turns or [])}
         t0 = time.perf_counter()
         try:
             result = await session.aask(turn.question, budget=config.budget, route=choice.route, router=choice.router,
                                         temperature=config.temperature,
-                                        seed=sample_seed(config.seed, task.suite, turn.id, task.sample))
+                                        seed=sample_seed(config.seed, task.suite, turn.id, task.sample),
+                                        task=run_task(turn), metadata=metadata)
         except Exception as e:  # noqa: BLE001 - recorded; the conversation cannot go on without this turn
             turns.append({"turn": n, **failed_fields(choice.route, e, t0)})
             break
-        fields, _ = await run_fields(capture, turn, result, t0, choice.p_success)
+        fields, _ = run_fields(turn, result, t0, choice.p_success)
         turns.append({"turn": n, **fields})
     last = turns[-1]
     failed = last["status"] == "error"
-    plan = None if failed or not item.plan_check else await _plan_check(agent, capture, task, config)
+    plan = None if failed or not item.plan_check else await _plan_check(agent, task, config)
     totals = {k: sum(t[k] for t in turns) for k in ("prompt_tokens", "completion_tokens", "thinking_tokens", "tool_calls")}
     return {**base, **last, **totals, "p_success": last["p_success"],
             "latency_s": round(time.perf_counter() - started, 4), "n_turns": len(item.turns or []), "turns": turns,
             "plan_check": item.plan_check, "plan": plan}
 
 
-async def _plan_check(agent: Any, capture: Any, task: Any, config: Any) -> dict[str, Any]:
+async def _plan_check(agent: Any, task: Any, config: Any) -> dict[str, Any]:
     """The item's original question alone with route ``plan`` (over its corpus), scored on its answer."""
-    from evals.runner import failed_fields, run_fields, sample_seed
-
     item: Item = task.item
     whole = Item(id=f"{item.id}#plan", question=item.question, type=item.type, answers=item.answers,
                  verifier=item.verifier)
-    capture.by_question[item.question] = whole
-    capture.metadata[item.question] = {"eval_item": item.id, "turn": "plan"}
     budget = max(config.budget, PLAN_BUDGET)
     t0 = time.perf_counter()
     try:
@@ -185,10 +182,12 @@ async def _plan_check(agent: Any, capture: Any, task: Any, config: Any) -> dict[
             await use_corpus(agent, item.corpus)
             t0 = time.perf_counter()  # indexing (once per store) is not the plan's latency
         result = await agent.arun(item.question, budget=budget, route="plan", temperature=config.temperature,
-                                  seed=sample_seed(config.seed, task.suite, whole.id, task.sample))
+                                  seed=sample_seed(config.seed, task.suite, whole.id, task.sample),
+                                  task=run_task(whole),
+                                  metadata={TASK_KEY: task.key, "eval_item": item.id, "turn": "plan"})
     except Exception as e:  # noqa: BLE001 - the check fails, the conversation's score stands
         return {**failed_fields("plan", e, t0), "budget": budget, "planner": "", "plan_steps": 0, "dependent_steps": 0}
-    fields, steps = await run_fields(capture, whole, result, t0, None)
+    fields, steps = run_fields(whole, result, t0, None)
     plans = [s.get("plan", {}) for s in steps if s.get("kind") == "plan"]
     plan_steps = plans[-1].get("steps", []) if plans else []
     planner = next((s.get("planner", "") for s in reversed(steps) if s.get("kind") == "plan"), "")

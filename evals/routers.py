@@ -2,18 +2,20 @@
 
 A policy turns an item into the ``route`` argument of ``Agent.arun`` (None = the Agent's own choice)
 and, when it has one, its predicted probability of success (for calibration). New routers plug in
-by adding a factory to ``ROUTERS`` (``"learned": "evals.my_router:build"``) — imported only when named.
+by adding a factory to ``ROUTERS`` (``"mine": "evals.my_router:build"``) — imported only when named.
 
 * ``fixed:ROUTE`` always takes ROUTE (direct, reason, ...): the per-action baselines the oracle uses.
 * ``rules``, ``self``, ``cascade``, ``learned:PATH``: the Agent decides with that router
   (agentrt.routing); its predicted success probability is read from the trajectory's route step.
+
+Every spec but the ``ROUTERS`` names is checked by ``agentrt.routing.make_router``: one parser.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentrt.core.errors import InputError
 from evals.suites import Item
@@ -68,28 +70,35 @@ RulesRouter = AgentRouter  # the Agent's default router
 ROUTERS: dict[str, str] = {}
 
 
-def make_router(spec: str) -> EvalRouter:
-    """``fixed:<route>`` | ``rules`` | ``self`` | ``cascade`` | ``learned:PATH`` | a name registered in ROUTERS."""
+def make_router(spec: str, settings: Any = None) -> EvalRouter:
+    """``fixed:<route>`` | ``rules`` | ``self`` | ``cascade`` | ``learned:PATH`` | a name registered in ROUTERS.
+
+    The runtime's specs are parsed by ``agentrt.routing.make_router`` (the one parser; a learned
+    router's file is loaded there, so a missing or stale file fails before any model loads); a spec
+    it does not know may name one of the harness's own routers in ``ROUTERS``. ``settings``: what
+    the runtime's router is built with for that check (default: ``Settings()``). Bad specs raise
+    InputError listing the valid ones.
+    """
+    from agentrt.core.errors import ConfigError
     from agentrt.core.types import ROUTES
+    from agentrt.routing import make_router as runtime_router
 
     kind, _, arg = spec.partition(":")
-    if kind == "fixed":
-        if arg not in ROUTES:
-            raise InputError(f"unknown route in router {spec!r}; choose fixed:{' | fixed:'.join(ROUTES)}")
-        return FixedRouter(arg)
-    if spec in ("rules", "self", "cascade"):
-        return AgentRouter(spec)
-    if kind == "learned" and arg:
-        from agentrt.core.errors import ConfigError
-        from agentrt.routing.learned import RouterModel
+    if settings is None:
+        from agentrt.core.config import Settings
 
-        try:
-            RouterModel.load(arg)  # a missing or stale router file fails before any model loads
-        except ConfigError as e:
+        settings = Settings()
+    try:
+        runtime_router(spec, settings)
+    except ConfigError as e:
+        if kind in ROUTERS:  # not a runtime spec: one of the harness's own
+            module, _, factory = ROUTERS[kind].partition(":")
+            return getattr(importlib.import_module(module), factory)(arg)
+        if kind == "fixed":
+            raise InputError(f"unknown route in router {spec!r}; choose fixed:{' | fixed:'.join(ROUTES)}") from None
+        if spec.startswith("learned:"):
             raise InputError(str(e)) from None
-        return AgentRouter(spec)
-    if kind in ROUTERS:
-        module, _, factory = ROUTERS[kind].partition(":")
-        return getattr(importlib.import_module(module), factory)(arg)
-    known = [f"fixed:{r}" for r in ROUTES] + ["rules", "self", "cascade", "learned:PATH"] + sorted(ROUTERS)
-    raise InputError(f"unknown router {spec!r}; choose one of: {', '.join(known)}")
+        extra = f"; or one of the harness's: {', '.join(sorted(ROUTERS))}" if ROUTERS else ""
+        raise InputError(f"{e}{extra}") from None
+    # A fixed action is passed to the run as its route (no router step): its runs feed the oracle.
+    return FixedRouter(arg) if kind == "fixed" else AgentRouter(spec)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt.core.budget import Budget
+from agentrt.core.budget import Budget, chat_within
 from agentrt.core.errors import BudgetExceeded, InputError
 from agentrt.core.types import GenParams, Message, as_messages
 from memory.protocol import MemoryStore, memory_op
@@ -144,22 +144,13 @@ async def _summarize_with_backend(
     while backend.count_tokens(prompt, params) > room and len(transcript) > 200:
         transcript = transcript[len(transcript) // 4 :]
         prompt = [Message("system", _INSTRUCTION), Message("user", "..." + transcript)]
-    n_prompt = backend.count_tokens(prompt, params)
-    reservation = None
-    if budget is not None:
-        try:
-            reservation = budget.reserve(n_prompt, max_tokens, min_tokens=8)
+    if budget is None:
+        completion = await backend.chat(prompt, params)
+    else:
+        try:  # the one budgeted call (agentrt.core.budget): reserve, call, charge
+            completion, _ = await chat_within(budget, backend, prompt, params, min_tokens=8)
         except BudgetExceeded:
             return _stub(old), "budget", None
-        params.max_tokens = reservation.max_tokens
-    try:
-        completion = await backend.chat(prompt, params)
-    except BaseException:
-        if reservation is not None:
-            budget.release(reservation)  # type: ignore[union-attr]
-        raise
-    if reservation is not None:
-        budget.charge(reservation, completion.usage.prompt_tokens, completion.usage.completion_tokens)  # type: ignore[union-attr]
     text = completion.text.strip()
     usage = completion.usage.to_dict()
     return (text, None, usage) if text else (_stub(old), "empty summary", usage)

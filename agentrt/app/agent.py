@@ -22,7 +22,7 @@ from agentrt.app.inputs import check_request
 from agentrt.core.types import Message, Usage
 from agentrt.routes import RouteOutput, get_route
 from agentrt.routes.context import RouteOptions, RunContext
-from agentrt.trajectory import RewardBreakdown, RunTask, TaskInfo, TrajectoryRecord, TrajectoryWriter, attach_task, new_run_id
+from agentrt.trajectory import EscalationStep, RewardBreakdown, RunTask, TaskInfo, TrajectoryRecord, TrajectoryWriter, attach_task, new_run_id
 
 if TYPE_CHECKING:
     from agentrt.app.events import Event
@@ -223,13 +223,13 @@ class Agent:
             confidence = _answer_confidence(ctx)
             if confidence is None or confidence >= self.settings.cascade_threshold:
                 break
-            ctx.record({"kind": "escalation", "from": chosen, "to": stronger, "confidence": round(confidence, 4)})
+            ctx.record(EscalationStep(from_route=chosen, to=stronger, confidence=round(confidence, 4)))
             try:
                 output, chosen = await get_route(stronger)(ctx, question), stronger
             except BudgetExceeded:
                 break  # keep the answer we have: it is complete, just less sure
             except Exception as e:  # a stronger route that fails must not lose the answer we have
-                ctx.record({"kind": "escalation", "from": chosen, "to": stronger, "error": f"{type(e).__name__}: {e}"})
+                ctx.record(EscalationStep(from_route=chosen, to=stronger, error=f"{type(e).__name__}: {e}"))
                 break
         return chosen, output
 

@@ -74,6 +74,7 @@ class ChatRequest(BaseModel):
     metadata: dict[str, str] | None = None
     budget: int | None = Field(default=None, ge=1)
     route: str | None = None
+    samples: int = Field(default=1, ge=1, le=64)  # the reason route's parallel samples (majority vote)
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> JSONResponse:
@@ -147,17 +148,16 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
             question, turns, system = _split(req)
             session = Session(agent, budget=req.budget)
             session.turns = turns
-            prompt, options = session._options(question, {"budget": req.budget, "route": req.route})
-            if system:
-                prompt = f"{system}\n\n{prompt}"
+            options = session._options(question, {"budget": req.budget, "route": req.route, "samples": req.samples,
+                                                  "system": system or None})
         except UserError as e:
             return _error(400, str(e))
         created = int(time.time())
         if req.stream:
-            return StreamingResponse(_sse(agent, slots, prompt, options, req, created), media_type="text/event-stream")
+            return StreamingResponse(_sse(agent, slots, question, options, req, created), media_type="text/event-stream")
         try:
             async with slots:
-                result = await agent.arun(prompt, **options)
+                result = await agent.arun(question, **options)
         except UserError as e:
             return _error(400, str(e))
         except BackendError as e:
@@ -181,7 +181,7 @@ def _completion(result: Result, req: ChatRequest, created: int) -> dict[str, Any
     }
 
 
-async def _sse(agent: Agent, slots: asyncio.Semaphore, prompt: str, options: dict[str, Any], req: ChatRequest,
+async def _sse(agent: Agent, slots: asyncio.Semaphore, question: str, options: dict[str, Any], req: ChatRequest,
                created: int) -> AsyncIterator[str]:
     """Chunks: the role, each run event (``choices: []`` + ``agentrt_event``), the answer, the finish."""
     from agentrt.app.events import Answer, RunStarted, astream
@@ -195,7 +195,7 @@ async def _sse(agent: Agent, slots: asyncio.Semaphore, prompt: str, options: dic
 
     async with slots:
         try:
-            async for event in astream(agent, prompt, **options):
+            async for event in astream(agent, question, **options):
                 if isinstance(event, RunStarted):
                     cid = f"chatcmpl-{event.run_id}"
                     yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])

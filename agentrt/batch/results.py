@@ -52,7 +52,8 @@ def pin_config(out: str | Path, config: dict[str, Any], pinned: Sequence[str]) -
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ConfigError(f"{path} is corrupt (not JSON); delete it to start that folder over, or use a new --out") from None
+            raise ConfigError(f"{path} is corrupt (not JSON); delete it to start that folder over, "
+                              "or use a new --out") from None
         for key in pinned:
             if old.get(key) != config.get(key):
                 raise InputError(f"{out} holds a run with {key}={old.get(key)!r}, not {config.get(key)!r}; "
@@ -111,7 +112,8 @@ class ResultsFile:
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ConfigError(f"cannot create the output folder {self.out} ({e.strerror}); choose another --out") from None
+            raise ConfigError(f"cannot create the output folder {self.out} ({e.strerror}); "
+                              "choose another --out") from None
         pin_config(self.out, self.config, self.pinned)
         self.records = read_results(self.path, repair=True)
         self.done = {r.get("key") for r in self.records}

@@ -10,10 +10,17 @@ The invariant: ``spent + reserved <= total`` at every moment, in every budget of
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agentrt.core.errors import BudgetExceeded, InputError, RunError
+
+if TYPE_CHECKING:
+    from agentrt.core.protocols import ModelBackend
+    from agentrt.core.types import Completion, GenParams, Message
 
 
 @dataclass(slots=True)
@@ -149,3 +156,28 @@ class Budget:
     def _check_open(self) -> None:
         if self._closed:
             raise RunError(f"budget '{self.name}' is closed")
+
+
+async def chat_within(budget: Budget, backend: ModelBackend, messages: list[Message], params: GenParams, *,
+                      min_tokens: int = 1, prepare: Callable[[GenParams, int], GenParams] | None = None,
+                      ) -> tuple[Completion, GenParams]:
+    """The one budgeted model call: count the prompt, reserve, call, charge the real usage.
+
+    ``max_tokens`` is clipped to what the budget can pay (split over ``params.n`` choices);
+    ``prepare(params, prompt_tokens)`` may adjust the clipped params just before the call. The
+    reservation is released when the call fails. Raises ``BudgetExceeded`` when not even
+    ``min_tokens`` new tokens per choice fit. Returns the completion and the params it ran with.
+    """
+    prompt_tokens = backend.count_tokens(messages, params)
+    n = max(1, params.n)
+    reservation = budget.reserve(prompt_tokens, params.max_tokens * n, min_tokens=min_tokens * n)
+    params = dataclasses.replace(params, max_tokens=reservation.max_tokens // n)
+    try:
+        if prepare is not None:
+            params = prepare(params, prompt_tokens)
+        completion = await backend.chat(messages, params)
+    except BaseException:
+        budget.release(reservation)
+        raise
+    budget.charge(reservation, completion.usage.prompt_tokens, completion.usage.completion_tokens)
+    return completion, params

@@ -13,10 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from agentrt.core.budget import Budget
+from agentrt.core.budget import Budget, chat_within
 from agentrt.core.errors import BackendError, BudgetExceeded
 from agentrt.core.protocols import ModelBackend
-from agentrt.trajectory import ModelCallStep, ScoreStep
+from pydantic import BaseModel
+
+from agentrt.trajectory import ModelCallStep, ScoreStep, parse_step
 from agentrt.core.types import Completion, GenParams, Message
 
 
@@ -79,9 +81,11 @@ class RunContext:
         head = [Message("system", system)] if system else []
         return head + list(self.history) + [Message("user", self.question)]
 
-    def record(self, step: dict[str, Any]) -> None:
-        self.steps.append(step)
-        self.emit({"type": "step", "step": step})
+    def record(self, step: BaseModel | dict[str, Any]) -> None:
+        """Append a step to the trajectory: a typed step model, or a dict validated against its kind."""
+        data = step.model_dump() if isinstance(step, BaseModel) else parse_step(step).model_dump()
+        self.steps.append(data)
+        self.emit({"type": "step", "step": data})
 
     def emit(self, event: dict[str, Any]) -> None:
         """Send ``event`` to ``on_event``; an observer's error never breaks the run."""
@@ -106,24 +110,19 @@ class RunContext:
         Raises ``BudgetExceeded`` when not even ``min_tokens`` new tokens fit.
         """
         backend = backend or self.policy
-        budget = budget or self.budget
-        prompt_tokens = backend.count_tokens(messages, params)
-        n = max(1, params.n)
-        reservation = budget.reserve(prompt_tokens, params.max_tokens * n, min_tokens=min_tokens * n)
         t_start = time.perf_counter() - self.started
-        params = dataclasses.replace(params, max_tokens=reservation.max_tokens // n)
-        if self.temperature > 0 and params.temperature <= 0:
-            self._calls += 1
-            seed = None if self.seed is None else self.seed * 1000 + self._calls
-            params = dataclasses.replace(params, temperature=self.temperature, seed=seed)
-        self.emit({"type": "model_call_started", "name": name, "backend": backend.name,
-                   "prompt_tokens": prompt_tokens, "max_tokens": params.max_tokens})
-        try:
-            completion = await backend.chat(messages, params)
-        except BaseException:
-            budget.release(reservation)
-            raise
-        budget.charge(reservation, completion.usage.prompt_tokens, completion.usage.completion_tokens)
+
+        def prepare(clipped: GenParams, prompt_tokens: int) -> GenParams:
+            if self.temperature > 0 and clipped.temperature <= 0:
+                self._calls += 1
+                seed = None if self.seed is None else self.seed * 1000 + self._calls
+                clipped = dataclasses.replace(clipped, temperature=self.temperature, seed=seed)
+            self.emit({"type": "model_call_started", "name": name, "backend": backend.name,
+                       "prompt_tokens": prompt_tokens, "max_tokens": clipped.max_tokens})
+            return clipped
+
+        completion, params = await chat_within(budget or self.budget, backend, messages, params,
+                                               min_tokens=min_tokens, prepare=prepare)
         self.emit({"type": "budget", "total": self.budget.total, "spent": self.budget.spent})
         self.record(
             ModelCallStep(
@@ -144,7 +143,7 @@ class RunContext:
                 latency_s=round(completion.latency_s, 4),
                 t_start_s=round(t_start, 4),
                 **({"backend_events": completion.events} if completion.events else {}),
-            ).model_dump()
+            )
         )
         return completion
 
@@ -174,7 +173,7 @@ class RunContext:
                               continuations=list(continuations), scores=[round(x, 4) for x in scores],
                               usage={"prompt_tokens": cost, "completion_tokens": 0},
                               latency_s=round(time.perf_counter() - self.started - t_start, 4),
-                              t_start_s=round(t_start, 4)).model_dump())
+                              t_start_s=round(t_start, 4)))
         return scores
 
 

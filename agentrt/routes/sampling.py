@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrt.routes.context import RouteOutput, RunContext
+from agentrt.trajectory import SampleSelectionStep
 from agentrt.routes.thinking import ANSWER_CUE, REASON_SYSTEM, THINK_OPEN, split_thought
 from agentrt.core.types import GenParams, Message
 
@@ -56,7 +57,7 @@ async def reason_samples(ctx: RunContext, samples: int, *, thinking_cap: int,
             answer = thought.strip().splitlines()[-1]  # no cue: the last line is the best guess
         answers.append(answer.strip())
     best, info = select(answers, verifier)
-    ctx.record({"kind": "sample_selection", "method": "verifier" if verifier else "majority", "answers": answers,
-                "chosen": best, **info})
+    ctx.record(SampleSelectionStep(method="verifier" if verifier else "majority", answers=answers, chosen=best,
+                                   **info))
     ctx.best_answer = answers[best] if answers else ""
     return RouteOutput(ctx.best_answer, parsed[best][0] if parsed else None)

@@ -31,7 +31,7 @@ from agentrt.core.budget import Budget
 from agentrt.core.errors import BudgetExceeded, InputError
 from agentrt.core.protocols import ModelBackend
 from agentrt.routes.context import RunContext
-from agentrt.trajectory import ToolCallStep, new_run_id
+from agentrt.trajectory import FinalAnswerStep, ToolCallStep, new_run_id
 from agentrt.trajectory.schema import MAX_TOOL_RESULT_CHARS
 from agentrt.core.types import GenParams, Message, as_messages
 from tools.base import Tool, ToolResult, execute
@@ -117,8 +117,7 @@ async def run_tool_loop(
                     result.answer = _compose(answer, last_output, compose_final)
                     result.stopped = "answer"
                     if result.answer != answer:
-                        ctx.record({"kind": "final_answer", "model_answer": answer, "answer": result.answer,
-                                    "composed_from": "tool_result"})
+                        ctx.record(FinalAnswerStep(model_answer=answer, answer=result.answer))
                     break
                 key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
                 repeated = key in seen

@@ -17,6 +17,11 @@ from agentrt.trajectory.schema import (
     RouteStep,
     RunTask,
     ScoreStep,
+    EscalationStep,
+    FinalAnswerStep,
+    SampleSelectionStep,
+    Step,
+    parse_step,
     SearcherFailedStep,
     TaskInfo,
     ToolCallStep,
@@ -38,7 +43,7 @@ from agentrt.trajectory.store import (
 
 __all__ = [
     "SCHEMA_VERSION", "SUPPORTED_VERSIONS", "TRAJECTORY_FILE", "ModelCallStep", "ToolCallStep", "RouteStep",
-    "PlanStep", "SearcherFailedStep", "PlanResultStep", "MemoryOpStep", "ScoreStep", "STEP_TYPES", "RewardBreakdown",
+    "PlanStep", "SearcherFailedStep", "PlanResultStep", "MemoryOpStep", "ScoreStep", "EscalationStep", "SampleSelectionStep", "FinalAnswerStep", "Step", "parse_step", "STEP_TYPES", "RewardBreakdown",
     "TaskInfo", "TrajectoryRecord",
     "tool_call_step", "new_run_id", "now", "RunTask", "attach_task", "ReadReport", "TrajectoryWriter", "read_trajectories",
     "iter_records", "find_record", "rebuild_index", "trajectory_files",

@@ -15,9 +15,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from agentrt.core.errors import TrajectoryError
 
@@ -105,6 +105,42 @@ class RouteStep(_Step):
     probabilities: dict[str, float] = {}
     reason: str = ""
     features: dict[str, Any] = {}
+    router: str = ""
+    p_success: dict[str, float] = {}
+    expected_tokens: dict[str, float] = {}
+    utility: dict[str, float] = {}
+
+
+class EscalationStep(_Step):
+    """The cascade moved from one route to a stronger one (or tried to: ``error``) on low confidence."""
+
+    kind: Literal["escalation"] = "escalation"
+    from_route: str = Field(alias="from")
+    to: str
+    confidence: float | None = None
+    error: str | None = None
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, serialize_by_alias=True)
+
+
+class FinalAnswerStep(_Step):
+    """A tool loop's final answer that the runtime composed (the model's own text kept beside it)."""
+
+    kind: Literal["final_answer"] = "final_answer"
+    model_answer: str
+    answer: str
+    composed_from: str = "tool_result"
+
+
+class SampleSelectionStep(_Step):
+    """Which of N parallel samples the reason route kept, and what decided it (votes, verifier scores)."""
+
+    kind: Literal["sample_selection"] = "sample_selection"
+    method: Literal["majority", "verifier"]
+    answers: list[str]
+    chosen: int
+    votes: dict[str, int] = {}
+    scores: list[float] | None = None
 
 
 class PlanStep(_Step):
@@ -170,7 +206,25 @@ STEP_TYPES: dict[str, type[_Step]] = {
     "plan_result": PlanResultStep,
     "memory_op": MemoryOpStep,
     "score": ScoreStep,
+    "escalation": EscalationStep,
+    "sample_selection": SampleSelectionStep,
+    "final_answer": FinalAnswerStep,
 }
+# One typed union of every step kind, discriminated by ``kind``.
+Step = Annotated[Union[tuple(STEP_TYPES.values())], Field(discriminator="kind")]  # type: ignore[valid-type]
+_STEP_ADAPTER: TypeAdapter[Any] = TypeAdapter(Step)
+
+
+def parse_step(step: _Step | dict[str, Any]) -> _Step:
+    """A step as its typed model (a dict is validated against its ``kind``: ``TrajectoryError`` if it does not fit)."""
+    if isinstance(step, _Step):
+        return step
+    try:
+        return _STEP_ADAPTER.validate_python(step)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise TrajectoryError(f"step {step.get('kind')!r}: {where}: {err['msg']}") from None
 
 
 def tool_call_step(name: str, args: dict[str, Any], result: str | None = None, *, error: str | None = None,
@@ -316,7 +370,7 @@ def now() -> float:
 
 __all__ = [
     "SCHEMA_VERSION", "SUPPORTED_VERSIONS", "TRAJECTORY_FILE", "ModelCallStep", "ToolCallStep", "RouteStep",
-    "PlanStep", "SearcherFailedStep", "PlanResultStep", "MemoryOpStep", "ScoreStep", "STEP_TYPES", "RewardBreakdown",
+    "PlanStep", "SearcherFailedStep", "PlanResultStep", "MemoryOpStep", "ScoreStep", "EscalationStep", "SampleSelectionStep", "FinalAnswerStep", "Step", "parse_step", "STEP_TYPES", "RewardBreakdown",
     "TaskInfo", "TrajectoryRecord",
     "tool_call_step", "new_run_id", "now", "RunTask", "attach_task",
 ]

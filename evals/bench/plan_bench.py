@@ -119,7 +119,8 @@ def efficiency(args: argparse.Namespace, console: Console) -> None:
     from agentrt.core.budget import Budget
     from agentrt.core.config import Settings
     from agentrt.routes.context import RunContext
-    from agentrt.routes.plan import PlanOptions, run_plan
+    from agentrt.core.config import PlanSettings
+    from agentrt.routes.plan import run_plan
     from planners import Plan, Step
 
     backend = load_backend("hf:embedded", Settings())
@@ -141,16 +142,16 @@ def efficiency(args: argparse.Namespace, console: Console) -> None:
     chain = Plan(goal="g", steps=[Step(id=f"s{i + 1}", question=q, depends_on=[f"s{i}"] if i else [])
                                   for i, q in enumerate(questions)])
     # no step timeout: a cancelled request must not disturb the batch it shares (and skew the timing)
-    opts = PlanOptions(max_steps=2, step_max_tokens=32, search_k=2, passage_chars=120, max_depth=8,
+    opts = PlanSettings(max_steps=2, step_max_tokens=32, search_k=2, passage_chars=120, max_depth=8,
                        synth_max_tokens=32, step_timeout_s=1e6)
 
     def once(plan: Plan) -> tuple[float, int, int, int, int]:
-        ctx = RunContext("bench", "g", Budget(100_000), backend, Settings(), callbacks={"searcher": searcher})
+        ctx = RunContext("bench", "g", Budget(100_000), backend, Settings())
         backend.prefix_cache.clear()  # each mode starts cold: no reuse of the other mode's prompts
         s = backend.stats
         f0, p0, c0, pf0, d0 = s.forward_passes, s.prompt_tokens, s.prefix_cached_tokens, s.prefill_s, s.decode_s
         t0 = time.perf_counter()
-        asyncio.run(run_plan(ctx, "g", planner=Fixed(plan), options=opts))
+        asyncio.run(run_plan(ctx, "g", searcher=searcher, planner=Fixed(plan), options=opts))
         return (time.perf_counter() - t0, ctx.budget.spent, s.forward_passes - f0, s.prompt_tokens - p0,
                 s.prefix_cached_tokens - c0, s.prefill_s - pf0, s.decode_s - d0)
 

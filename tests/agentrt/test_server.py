@@ -106,7 +106,10 @@ def test_streaming_sse(server):
     assert finish and finish[-1].model_extra["agentrt"]["route"] == "direct"
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens <= 400
     record = _records(home)[finish[-1].model_extra["agentrt"]["trajectory_id"]]
-    assert "Hello!" in record["question"]  # the prior turn went in as context
+    # the prior turn went in as messages before the question, not folded into it
+    assert record["question"] == "Name a color."
+    call = [st for st in record["steps"] if st["kind"] == "model_call"][-1]
+    assert [m["content"] for m in call["messages"][-3:]] == ["Hi", "Hello!", "Name a color."]
 
 
 @pytest.mark.parametrize("body, status, words", [
@@ -158,3 +161,23 @@ def test_openai_client_example(server):
                          env={**os.environ, "AGENTRT_URL": f"{base}/v1"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert "trajectory_id" in out.stdout and "[run_started]" in out.stdout
+
+
+def test_conversation_and_samples_reach_the_run_as_messages(server):
+    base, home = server
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{base}/v1", api_key="unused")
+    resp = client.chat.completions.create(
+        model="agentrt", messages=[{"role": "system", "content": "Be brief."},
+                                   {"role": "user", "content": "My name is Ada."},
+                                   {"role": "assistant", "content": "Nice to meet you."},
+                                   {"role": "user", "content": "What is 2 + 2?"}],
+        extra_body={"budget": 900, "route": "reason", "samples": 3})
+    record = _records(home)[resp.model_extra["agentrt"]["trajectory_id"]]
+    assert record["question"] == "What is 2 + 2?"  # the history is not folded into the question
+    assert record["metadata"]["system"] == "Be brief."
+    assert [m["content"] for m in record["metadata"]["history"]] == ["My name is Ada.", "Nice to meet you."]
+    [sample] = [s for s in record["steps"] if s["kind"] == "model_call"]
+    assert sample["params"]["n"] == 3 and sample["messages"][0]["content"].startswith("Be brief.")
+    assert [s["method"] for s in record["steps"] if s["kind"] == "sample_selection"] == ["majority"]

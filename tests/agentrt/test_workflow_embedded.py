@@ -11,7 +11,7 @@ import pytest
 from agentrt.core.budget import Budget
 from agentrt.core.config import Settings
 from agentrt.routes.context import RunContext
-from agentrt.routes.plan import PlanOptions, run_plan
+from agentrt.routes.plan import PlanSettings, run_plan
 from planners import LLMPlanner, Plan, Step, plan_schema
 from planners.llm import plan_tokens
 from agentrt.core.types import GenParams, Message
@@ -35,11 +35,11 @@ def _passages(query: str, k: int) -> list[dict]:
 
 def test_fan_out_of_8_shares_forward_passes(embedded):
     plan = Plan(goal="facts", steps=[Step(id=f"s{i}", question=f"Where is city number {i}?") for i in range(1, 9)])
-    ctx = RunContext("run", "facts", Budget(40_000), embedded, Settings(), callbacks={"searcher": _passages})
+    ctx = RunContext("run", "facts", Budget(40_000), embedded, Settings())
     before = (embedded.stats.requests, embedded.stats.batches, embedded.stats.forward_passes,
               embedded.stats.tokens_generated)
-    state = asyncio.run(run_plan(ctx, "facts", planner=_Fixed(plan),
-                                 options=PlanOptions(max_steps=1, step_max_tokens=24, synth_max_tokens=24)))
+    state = asyncio.run(run_plan(ctx, "facts", searcher=_passages, planner=_Fixed(plan),
+                                 options=PlanSettings(max_steps=1, step_max_tokens=24, synth_max_tokens=24)))
     requests, batches, passes, tokens = (a - b for a, b in zip(
         (embedded.stats.requests, embedded.stats.batches, embedded.stats.forward_passes,
          embedded.stats.tokens_generated), before))
@@ -93,5 +93,10 @@ def test_hotpotqa_comparison_end_to_end_cites_real_passages(embedded, hotpot_cor
     assert result.answer in ("Annie Morton", "Terry Richardson")  # the answer is one of the options
     assert result.citations and all(corpus.get(c) is not None for c in result.citations)
     assert result.usage.total_tokens <= 6000
-    kinds = [e.get("step", {}).get("kind") for e in events if e["type"] == "step"]
-    assert kinds.index("plan") < kinds.index("tool_call")  # the plan was out before any search ran
+    steps = [e["step"] for e in events if e["type"] == "step"]
+    kinds = [s["kind"] for s in steps]
+    assert kinds.index("plan") < kinds.index("tool_call")  # the plan was out before any searcher ran
+    # ... and was made from the index: the question's own top hits, real passages of the corpus
+    recall = steps[kinds.index("memory_op")]
+    assert kinds.index("memory_op") < kinds.index("plan") and recall["query"] == item["question"]
+    assert recall["ids"] and all(corpus.get(i) is not None for i in recall["ids"])

@@ -119,14 +119,14 @@ def _run_on_ray(executor, suite_file: Path, root: Path, on_result=None):
 
     from agentrt import Agent
     from evals.routers import make_router
-    from evals.runner import plan_tasks
+    from evals.runner import plan_tasks, run_tasks
     from evals.suites import load_suite
 
     agent = Agent(_settings(root / "home"))  # the driver never loads the model: the actors do
     agent.writer = TrajectoryWriter(root / "trajectories")
     config = _config(root / "out", suite_file)
     tasks = plan_tasks([load_suite(str(suite_file))], [make_router("fixed:direct")], 1, None)
-    records = asyncio.run(executor.run_tasks(agent, tasks, config, on_result=on_result))
+    records = asyncio.run(run_tasks(agent, tasks, config, executor=executor, on_result=on_result))
     report = read_trajectories(root / "trajectories")
     assert not report.problems
     return records, report.records
@@ -295,9 +295,10 @@ def test_worker_returns_failed_runs_trajectory(tmp_path):
     import asyncio
 
     from agentrt.backends.scripted import ScriptedBackend
+    from agentrt.batch import BatchTask
     from agentrt.batch.ray import Worker
     from evals.routers import make_router
-    from evals.runner import Task
+    from evals.runner import EvalJob, Task
     from evals.suites import Item
 
     def reply(messages, params):
@@ -305,15 +306,16 @@ def test_worker_returns_failed_runs_trajectory(tmp_path):
             raise RuntimeError("backend fell over")
         return "#### 7"
 
-    worker = Worker(Settings(home=tmp_path / "home", policy="scripted:x").model_dump(mode="json"), str(tmp_path / "t.jsonl"))
-    worker.agent._policy = ScriptedBackend([reply])
-    router = make_router("fixed:direct")
     config = _config(tmp_path / "out", tmp_path / "unused.jsonl")
+    job = EvalJob(config, Settings(home=tmp_path / "home", policy="scripted:x").model_dump(mode="json"))
+    worker = Worker(job, str(tmp_path / "t.jsonl"))
+    worker.runtime._policy = ScriptedBackend([reply])
+    router = make_router("fixed:direct")
     good = Task(router, "s", Item(id="1", question="What is 3 + 4?", type="math", answers=["7"], verifier="numeric"), 0)
     bad = Task(router, "s", Item(id="2", question="boom: what is 1 + 6?", type="math", answers=["7"], verifier="numeric"), 0)
 
     async def both():
-        return await asyncio.gather(worker.run(good, config), worker.run(bad, config))
+        return await asyncio.gather(worker.run(job, BatchTask(good.key, good)), worker.run(job, BatchTask(bad.key, bad)))
 
     ok, failed = asyncio.run(both())
     assert ok["result"]["score"] == 1.0 and len(ok["trajectories"]) == 1
@@ -322,7 +324,7 @@ def test_worker_returns_failed_runs_trajectory(tmp_path):
     assert failed["result"]["status"] == "error" and "backend fell over" in failed["result"]["error"]
     assert [t["status"] for t in failed["trajectories"]] == ["failed"]
     assert failed["trajectories"][0]["metadata"]["task_key"] == bad.key
-    assert not worker.buffer.by_key and not worker.tagger.keys  # nothing left behind on the actor
+    assert not worker.buffer.by_key  # nothing left behind on the actor
 
 
 @pytest.mark.slow
@@ -334,7 +336,7 @@ def test_respawn_after_death_scripted(ray_cluster, tmp_path):
     from agentrt import Agent
     from agentrt.batch.ray import RayExecutor
     from evals.routers import make_router
-    from evals.runner import EvalConfig, plan_tasks
+    from evals.runner import EvalConfig, plan_tasks, run_tasks
     from evals.suites import load_suite
 
     suite = tmp_path / "s.jsonl"
@@ -354,7 +356,7 @@ def test_respawn_after_death_scripted(ray_cluster, tmp_path):
             killed.append(ex.slots[0].pid)
 
     try:
-        records = asyncio.run(ex.run_tasks(agent, tasks, config, on_result=kill_once))
+        records = asyncio.run(run_tasks(agent, tasks, config, executor=ex, on_result=kill_once))
         stats, slots = dict(ex.stats), len(ex.slots)
     finally:
         ex.close()

@@ -9,6 +9,7 @@ import pytest
 
 from agentrt.core.types import Choice, Completion, GenParams, Message, Usage
 from planners import HeuristicPlanner, LLMPlanner, Plan, PlanError, Step, plan_schema, validate_plan
+from planners.llm import max_fanout_for, plan_tokens
 
 
 def _plan(*steps: tuple[str, list[str]]) -> Plan:
@@ -94,3 +95,42 @@ def test_llm_planner_falls_back_to_rules(reply, why):
     plan = asyncio.run(planner.plan("Which magazine was started first, Arthur's Magazine or First for Women?"))
     assert why in planner.last_fallback and plan.planner.startswith("heuristic (fallback")
     assert plan.answer_choices == ["Arthur's Magazine", "First for Women"]
+
+
+def test_heuristic_never_cuts_a_decomposition_silently():
+    # more items or options than searchers allowed: the whole question is one step, the choices kept
+    p = HeuristicPlanner(max_fanout=2).plan_sync("Where were Alice Smith, Bob Jones and Carol King born?")
+    assert [s.question for s in p.steps] == ["Where were Alice Smith, Bob Jones and Carol King born?"]
+    p = HeuristicPlanner(max_fanout=1).plan_sync("Which magazine was started first, Arthur's Magazine or First for Women?")
+    assert len(p.steps) == 1 and p.answer_choices == ["Arthur's Magazine", "First for Women"]
+
+
+def test_one_yes_no_cue_for_the_router_and_the_rules():
+    import agentrt.routing.features as features
+    import planners.heuristic as heuristic
+    from agentrt.core.text import YES_NO
+
+    assert features.YES_NO is heuristic.YES_NO is YES_NO
+    assert HeuristicPlanner().plan_sync("Should Paris be the capital of France?").answer_choices == ["yes", "no"]
+    assert features.extract("Should Paris be the capital of France?")["yes_no"] == 1.0
+
+
+def test_llm_planner_plans_up_to_its_fanout():
+    steps = [{"id": f"s{i}", "question": f"Where was person {i} born?", "depends_on": []} for i in range(1, 9)]
+
+    async def complete(messages: list[Message], params: GenParams) -> Completion:
+        assert params.json_schema["properties"]["steps"]["maxItems"] == 8 and params.max_tokens == plan_tokens(8)
+        assert "Background:\n- Paris: Paris is the capital" in messages[-1].content  # the hits it was given
+        return _completion(json.dumps({"steps": steps}))
+
+    hits = [{"id": "d1", "title": "Paris", "text": "Paris is the capital of France.", "score": 0.9}]
+    plan = asyncio.run(LLMPlanner(complete, max_fanout=8).plan("Where were eight people born?", hits))
+    assert plan.planner == "llm" and len(plan.steps) == 8
+    assert max_fanout_for(8192) >= 16 and max_fanout_for(600) == 2 and max_fanout_for(100) == 0
+    assert plan_tokens(max_fanout_for(600)) + 256 <= 600 < plan_tokens(max_fanout_for(600) + 1) + 256
+
+
+def test_plans_carry_no_stop_criteria():
+    assert "stop" not in Plan.model_fields
+    with pytest.raises(ValueError, match="stop"):
+        Plan.model_validate({"goal": "g", "steps": [{"id": "s1", "question": "q"}], "stop": {}})

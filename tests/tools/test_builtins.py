@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from agentrt.core.errors import InputError
-from tools import execute
+from tools import ToolResult, execute, tool
 from tools.fetch import make_fetch_tool
 from tools.memory import make_memory_tools
 from tools.search import make_search_tool
@@ -41,9 +41,15 @@ def test_search_returns_ids_titles_scores_for_citation():
     assert first == "[d1] Paris (score 0.910)\nParis is the capital of France."
     assert second.startswith("[d2] Lyon (score 0.420)\nLyon is a city") and second.endswith("…")
     assert run(search, {"query": "tokyo"}).output == "no results"
+    # the same hits, structured, for the runtime (the plan route cites from these, never from the text)
+    assert run(search, {"query": "france", "k": 2}).data == [
+        {"id": "d1", "title": "Paris", "text": "Paris is the capital of France.", "score": 0.91},
+        {"id": "d2", "title": "Lyon", "text": second.split("\n", 1)[1], "score": 0.42}]
+    assert run(search, {"query": "tokyo"}).data == []
     assert run(search, {"query": "  "}).error == "the query is empty; pass a few words to search for"
     dict_hits = make_search_tool(lambda q, k: [{"id": 7, "title": "T", "text": "x", "score": None}])
     assert run(dict_hits, {"query": "x"}).output == "[7] T\nx"
+    assert run(dict_hits, {"query": "x"}).data == [{"id": "7", "title": "T", "text": "x", "score": None}]
     with pytest.raises(InputError):
         make_search_tool("not callable")  # type: ignore[arg-type]
 
@@ -51,7 +57,10 @@ def test_search_returns_ids_titles_scores_for_citation():
 def test_fetch_by_id():
     fetch = make_fetch_tool(DOCS.get, max_chars=40)
     assert run(fetch, {"doc_id": "[d1]"}).output == "[d1] Paris\nParis is the capital   of France."
+    assert run(fetch, {"doc_id": "[d1]"}).data == {"id": "d1", "title": "Paris", "text": DOCS["d1"].text,
+                                                    "truncated": False}
     assert run(fetch, {"doc_id": "d2"}).output.endswith(" [truncated]")
+    assert run(fetch, {"doc_id": "d2"}).data["truncated"] is True
     assert run(fetch, {"doc_id": "nope"}).error == "no document with id 'nope'; use an id from a search result"
 
 
@@ -75,7 +84,26 @@ def test_memory_read_write_roundtrip():
     assert run(write, {"note": "The user prefers metric units."}).output == "saved as note-1"
     assert store.notes[0][1] == {"source": "agent"}
     assert run(read, {"query": "metric"}).output == "[note-1] (score 1.000)\nThe user prefers metric units."
+    assert run(read, {"query": "metric"}).data == [
+        {"id": "note-1", "title": "", "text": "The user prefers metric units.", "score": 1.0}]
     assert run(write, {"note": "x" * 51}).error.startswith("the note is longer than 50")
     assert run(write, {"note": " "}).error == "the note is empty"
     with pytest.raises(InputError):
         make_memory_tools(object())  # type: ignore[arg-type]
+
+
+def test_a_tool_may_return_text_with_structured_data():
+    @tool(max_output_chars=12)
+    def rows(n: int) -> ToolResult:
+        """Rows as text and as data.
+
+        Args:
+            n: How many rows.
+        """
+        return ToolResult("\n".join(f"row {i}" for i in range(n)), data=list(range(n)))
+
+    short, long = run(rows, {"n": 2}), run(rows, {"n": 5})
+    assert (short.output, short.data, short.truncated) == ("row 0\nrow 1", [0, 1], False)
+    assert long.truncated and long.output.endswith(" [truncated]") and long.data == [0, 1, 2, 3, 4]  # text cap only
+    failed = run(tool(lambda: ToolResult(error="no"), name="f"), {})
+    assert (failed.error, failed.data) == ("no", None)

@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentrt.app.agent import Agent
     from agentrt.core.config import load_settings
+    # The eval harness sits above the runtime: imported here, lazily, and only by this command.
     from evals.runner import EvalConfig, evaluate, resolve_temperature, validate
 
     config = EvalConfig(suites=args.suite, routers=args.router or ["fixed:direct", "fixed:reason", "rules"],

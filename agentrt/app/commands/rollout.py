@@ -42,12 +42,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     import sys
 
     from agentrt.app.agent import Agent
+    from agentrt.batch.executors import executor_from_args
     from agentrt.core.config import ensure_writable_dir, load_settings
     from agentrt.core.errors import InputError
-    from agentrt.batch.executors import executor_from_args
     from agentrt.trajectory import TrajectoryWriter
+    # The eval harness sits above the runtime: imported here, lazily, and only by this command.
     from evals.routers import make_router
-    from evals.runner import EvalConfig, _with_progress, plan_tasks, resolve_temperature
+    from evals.runner import EvalConfig, plan_tasks, resolve_temperature, run_tasks
     from evals.suites import load_suite
 
     for name in ("samples", "budget", "workers", "limit"):
@@ -55,19 +56,20 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise InputError(f"--{name} must be a positive integer, got {value}")
     router = make_router(args.router)  # bad input fails before anything loads
-    suites = [load_suite(s) for s in args.suite]
+    suites = [load_suite(s) for s in dict.fromkeys(args.suite)]
     executor = executor_from_args(args)
     settings = load_settings(args.config, policy=args.policy)
     config = EvalConfig(suites=args.suite, routers=[args.router], budget=args.budget, limit=args.limit,
-                        samples=args.samples, workers=args.workers, seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples), policy=settings.policy,
+                        samples=args.samples, workers=args.workers, seed=args.seed,
+                        temperature=resolve_temperature(args.temperature, args.samples), policy=settings.policy,
                         out=args.out)
     agent = Agent(settings)
     traj_dir = ensure_writable_dir(Path(args.trajectories or Path(args.out) / "trajectories"), "trajectory directory")
-    agent.writer = TrajectoryWriter(traj_dir)
+    agent.writer = TrajectoryWriter(traj_dir)  # the rollout's own store (set before any run)
     tasks = plan_tasks(suites, [router], config.samples, config.limit)
     try:
         progress = not args.no_progress and sys.stderr.isatty()
-        records = asyncio.run(_with_progress(agent, tasks, config, progress, executor))
+        records = asyncio.run(run_tasks(agent, tasks, config, executor=executor, progress=progress, label="rollout"))
     finally:
         executor.close()
     keys = {t.key for t in tasks}

@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tools", action="store_true", help="let the reason route act through the built-in tools (calculator)")
     p.add_argument("--budget", type=int, help="token budget for the whole run (default 1024)")
     p.add_argument("--thinking-cap", type=int, help="max thinking tokens for the reason route")
+    p.add_argument("--samples", type=int, default=1,
+                   help="reason route: draw N samples in one batched call and keep the majority answer (default 1)")
     p.add_argument("--policy", help="policy backend spec: hf:embedded (default), vllm:embedded|DIR, openai:URL[,URL]#MODEL")
     p.add_argument("--planner", help="planner backend spec (default: the policy's); same spec = one shared model")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -49,7 +51,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from agentrt.routes.toolcall import builtin_tools
 
         tools = builtin_tools(agent.settings)
-    result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap, tools=tools)
+    result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap,
+                       samples=args.samples, tools=tools)
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))
     else:
