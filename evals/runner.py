@@ -204,8 +204,6 @@ def evaluate(config: EvalConfig, *, agent: Any = None, progress: bool = False, e
     records = [r for r in records if r["key"] in keys]  # a resumed dir may hold more (a larger --limit before)
     metrics = compute(records)
     notes = []
-    if "hotpotqa" in config.suites:
-        notes.append("hotpotqa ran closed-book: the plan/search route does not exist yet.")
     if any(item.turns for suite in suites for item in suite.items[:config.limit]):
         notes.append("multi-turn items: turns asked in order in one session (budget per turn), scored each; the item "
                      "scores its last turn; the plan check runs the whole question alone with route plan.")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 from agentrt.core.budget import Budget
 from agentrt.core.config import Settings, ensure_writable_dir, load_settings
 from agentrt.core.errors import BudgetExceeded, InputError, UserError
+from agentrt.core.events import Event, RunFinished, RunStarted
 from agentrt.core.protocols import ModelBackend
 from agentrt.routing import RouteDecision, extract, make_router
 from agentrt.app.inputs import check_request
@@ -25,7 +26,6 @@ from agentrt.routes.context import RouteOptions, RunContext
 from agentrt.trajectory import EscalationStep, RewardBreakdown, RunTask, TaskInfo, TrajectoryRecord, TrajectoryWriter, attach_task, new_run_id
 
 if TYPE_CHECKING:
-    from agentrt.app.events import Event
     from agentrt.app.session import Session
 
 
@@ -119,7 +119,7 @@ class Agent:
                    router: str | Any | None = None, thinking_cap: int | None = None, samples: int = 1,
                    verifier: Callable[[str], Any] | None = None, policy: ModelBackend | None = None,
                    tools: list[Any] | None = None, temperature: float | None = None, seed: int | None = None,
-                   on_event: Callable[[dict[str, Any]], None] | None = None,
+                   on_event: Callable[[Event], None] | None = None,
                    approve_plan: Callable[[Any], Any] | None = None, ask_user: Callable[[str], str] | None = None,
                    task: RunTask | TaskInfo | None = None, metadata: dict[str, Any] | None = None) -> Result:
         """The async form of ``run``: one request, start to finish, written as one trajectory record.
@@ -130,7 +130,7 @@ class Agent:
         samples for reason, chosen by ``verifier`` or a majority vote): the reason route's knobs.
         ``policy`` replaces the agent's backend for this run; ``tools`` (tools.base.Tool) are offered to
         the routes whose allowlist names them; ``temperature`` / ``seed`` sample instead of greedy decoding.
-        ``on_event`` observes raw events (agentrt.app.events); ``approve_plan`` / ``ask_user`` are hooks of
+        ``on_event`` observes the run's typed events (agentrt.core.events); ``approve_plan`` / ``ask_user`` are hooks of
         the plan route and the ask_user tool. ``task`` (a RunTask, or the TaskInfo alone) and ``metadata``
         go into the record, with the task's reward when it has one, before the record is written.
         """
@@ -141,7 +141,6 @@ class Agent:
             if not route:
                 decision = await self._decide(ctx, router)
                 chosen = decision.action
-            ctx.emit({"type": "route_chosen", "route": chosen})
             output = await get_route(chosen)(ctx, question)
             if decision is not None and decision.escalation:
                 chosen, output = await self._escalate(ctx, question, decision, chosen, output)
@@ -181,8 +180,7 @@ class Agent:
                          callbacks=hooks, tools=list(tools or []), seed=seed, metadata=dict(metadata or {}),
                          temperature=self.settings.temperature if temperature is None else temperature,
                          planner=self.planner if (self.settings.planner or self._planner is not None) else None)
-        ctx.emit({"type": "run_started", "run_id": ctx.run_id, "question": question, "route": route or "",
-                  "budget": total, "model": policy.name, "metadata": ctx.metadata})
+        ctx.emit(RunStarted(ctx.run_id, route or "", total, policy.name, question, ctx.metadata))
         return ctx
 
     @property
@@ -270,8 +268,7 @@ class Agent:
         if task is not None:
             attach_task(record, task)
         self.writer.append(record)
-        ctx.emit({"type": "run_finished", "run_id": ctx.run_id, "status": status, "error": error,
-                  "usage": record.usage, "route": route, "answer": output.answer})
+        ctx.emit(RunFinished(ctx.run_id, status, route, output.answer, record.usage, error))
         return record
 
     async def astream(self, question: str, **options: Any) -> AsyncIterator[Event]:

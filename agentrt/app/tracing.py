@@ -18,6 +18,7 @@ from collections import defaultdict, deque
 from typing import Any, Callable
 
 from agentrt.core.errors import missing_extra
+from agentrt.core.events import Event, Plan, RouteDecided, RunFinished, RunStarted, StepFinished, StepStarted, ToolCall
 
 try:
     from opentelemetry import trace
@@ -63,7 +64,7 @@ def provider(exporter: str) -> TracerProvider:
 
 
 class RunTracer:
-    """Turns one run's raw events into spans. Concurrent model calls of the same name are matched FIFO."""
+    """Turns one run's events into spans. Concurrent model calls of the same name are matched FIFO."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
@@ -72,70 +73,68 @@ class RunTracer:
         self.model = ""
         self.open_calls: dict[str, deque] = defaultdict(deque)
 
-    def __call__(self, raw: dict[str, Any]) -> None:
-        kind = raw.get("type")
-        if kind == "run_started":
-            self.model = raw.get("model", "")
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.model = event.model
             self.root = self.tracer.start_span(
                 f"invoke_agent {AGENT_NAME}", kind=SpanKind.INTERNAL,
                 attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME,
-                            "gen_ai.agent.id": raw["run_id"], "gen_ai.request.model": self.model,
-                            "agentrt.run_id": raw["run_id"], "agentrt.route": raw["route"],
-                            "agentrt.core.budget": raw["budget"]})
+                            "gen_ai.agent.id": event.run_id, "gen_ai.request.model": self.model,
+                            "agentrt.run_id": event.run_id, "agentrt.route": event.route,
+                            "agentrt.budget": event.budget})
             self.parent_ctx = trace.set_span_in_context(self.root)
             sc = self.root.get_span_context()
-            raw["metadata"]["trace_id"] = format(sc.trace_id, "032x")
-            raw["metadata"]["span_id"] = format(sc.span_id, "016x")
+            event.metadata["trace_id"] = format(sc.trace_id, "032x")
+            event.metadata["span_id"] = format(sc.span_id, "016x")
         elif self.root is None:
             return
-        elif kind == "model_call_started":
+        elif isinstance(event, StepStarted):
             span = self.tracer.start_span(
-                f"chat {self.model or raw.get('backend', '')}", context=self.parent_ctx, kind=SpanKind.CLIENT,
-                attributes={"gen_ai.operation.name": "chat", "gen_ai.provider.name": raw.get("backend", ""),
-                            "gen_ai.request.model": self.model, "gen_ai.request.max_tokens": raw.get("max_tokens", 0),
-                            "agentrt.step": raw["name"]})
-            self.open_calls[raw["name"]].append(span)
-        elif kind == "step":
-            self._step(raw["step"])
-        elif kind == "run_finished":
-            usage = raw.get("usage") or {}
+                f"chat {self.model or event.backend}", context=self.parent_ctx, kind=SpanKind.CLIENT,
+                attributes={"gen_ai.operation.name": "chat", "gen_ai.provider.name": event.backend,
+                            "gen_ai.request.model": self.model, "gen_ai.request.max_tokens": event.max_tokens,
+                            "agentrt.step": event.name})
+            self.open_calls[event.name].append(span)
+        elif isinstance(event, StepFinished):
+            self._step(event.step)
+        elif isinstance(event, ToolCall):
+            self._instant(f"execute_tool {event.name}", event.latency_s, {
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": event.name,
+                "gen_ai.tool.call.id": event.call_id or "", "gen_ai.tool.type": "function"}, error=event.error)
+        elif isinstance(event, Plan):
+            self._instant("plan", event.latency_s, {"gen_ai.operation.name": "plan", "agentrt.planner": event.planner})
+        elif isinstance(event, RouteDecided):
+            self.root.set_attribute("agentrt.route", event.route)
+            self.root.set_attribute("agentrt.route.reason", event.reason)
+        elif isinstance(event, RunFinished):
+            usage = event.usage or {}
             self.root.set_attribute("gen_ai.usage.input_tokens", usage.get("prompt_tokens", 0))
             self.root.set_attribute("gen_ai.usage.output_tokens", usage.get("completion_tokens", 0))
-            self.root.set_attribute("agentrt.status", raw["status"])
-            if raw["status"] in ("failed", "cancelled"):
-                self.root.set_status(Status(StatusCode.ERROR, raw.get("error") or raw["status"]))
+            self.root.set_attribute("agentrt.status", event.status)
+            if event.status in ("failed", "cancelled"):
+                self.root.set_status(Status(StatusCode.ERROR, event.error or event.status))
             for spans in self.open_calls.values():  # calls cut by a cancel or an error
                 while spans:
                     spans.popleft().end()
             self.root.end()
 
     def _step(self, step: dict[str, Any]) -> None:
-        kind = step.get("kind")
-        if kind == "model_call":
-            spans = self.open_calls.get(step.get("name", ""))
-            if not spans:
-                return
-            span = spans.popleft()
-            usage = step.get("usage") or {}
-            span.set_attribute("gen_ai.response.model", step.get("model", "") or self.model)
-            span.set_attribute("gen_ai.usage.input_tokens", usage.get("prompt_tokens", 0))
-            span.set_attribute("gen_ai.usage.output_tokens", usage.get("completion_tokens", 0))
-            span.set_attribute("gen_ai.response.finish_reasons", list(step.get("finish_reasons") or []))
-            span.end()
-        elif kind == "tool_call":
-            self._instant(f"execute_tool {step.get('name', '')}", step, {
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": step.get("name", ""),
-                "gen_ai.tool.call.id": step.get("call_id") or "", "gen_ai.tool.type": "function"},
-                error=step.get("error"))
-        elif kind == "plan":
-            self._instant("plan", step, {"gen_ai.operation.name": "plan", "agentrt.planner": step.get("planner", "")})
-        elif kind == "route_decision":
-            self.root.set_attribute("agentrt.route.reason", step.get("reason", ""))
+        """Close the span of a finished model call (matched FIFO by its name)."""
+        spans = self.open_calls.get(step.get("name", ""))
+        if step.get("kind") != "model_call" or not spans:
+            return
+        span = spans.popleft()
+        usage = step.get("usage") or {}
+        span.set_attribute("gen_ai.response.model", step.get("model", "") or self.model)
+        span.set_attribute("gen_ai.usage.input_tokens", usage.get("prompt_tokens", 0))
+        span.set_attribute("gen_ai.usage.output_tokens", usage.get("completion_tokens", 0))
+        span.set_attribute("gen_ai.response.finish_reasons", list(step.get("finish_reasons") or []))
+        span.end()
 
-    def _instant(self, name: str, step: dict[str, Any], attributes: dict[str, Any], error: str | None = None) -> None:
+    def _instant(self, name: str, latency_s: float, attributes: dict[str, Any], error: str | None = None) -> None:
         """A span for a step that is reported when done: back-dated by its latency."""
         end = time.time_ns()
-        start = end - int(float(step.get("latency_s") or 0.0) * 1e9)
+        start = end - int(float(latency_s) * 1e9)
         span = self.tracer.start_span(name, context=self.parent_ctx, kind=SpanKind.INTERNAL,
                                       attributes=attributes, start_time=start)
         if error:
@@ -143,14 +142,14 @@ class RunTracer:
         span.end(end_time=end)
 
 
-def traced(settings: Any, on_event: Callable[[dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None]:
+def traced(settings: Any, on_event: Callable[[Event], None] | None) -> Callable[[Event], None]:
     """``on_event`` plus a RunTracer for this run (the exporter from ``settings.tracing``)."""
     tracer = RunTracer(provider(settings.tracing).get_tracer("agentrt"))
 
-    def both(raw: dict[str, Any]) -> None:
-        tracer(raw)
+    def both(event: Event) -> None:
+        tracer(event)
         if on_event is not None:
-            on_event(raw)
+            on_event(event)
 
     return both
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agentrt.core.budget import Budget, chat_within
+from agentrt.core.events import BudgetUpdate, Event, StepStarted, step_events
 from agentrt.core.errors import BackendError, BudgetExceeded
 from agentrt.core.protocols import ModelBackend
 from pydantic import BaseModel
@@ -57,9 +58,9 @@ class RunContext:
     best_answer: str = ""
     started: float = field(default_factory=time.perf_counter)
     created_at: float = field(default_factory=time.time)
-    # Front ends (stream, REPL, server, tracing) observe a run through this: called with a plain dict
-    # {"type": ..., ...} for every recorded step and around every model call. None: no overhead.
-    on_event: Callable[[dict[str, Any]], None] | None = None
+    # Front ends (stream, REPL, server, tracing) observe a run through this: called with a typed
+    # event (agentrt.core.events) for every recorded step and around every model call.
+    on_event: Callable[[Event], None] | None = None
     # Copied into TrajectoryRecord.metadata (e.g. the OpenTelemetry trace id).
     metadata: dict[str, Any] = field(default_factory=dict)
     # Caller hooks a route may use: "approve_plan" (plan -> True / edited plan / False, see
@@ -85,9 +86,10 @@ class RunContext:
         """Append a step to the trajectory: a typed step model, or a dict validated against its kind."""
         data = step.model_dump() if isinstance(step, BaseModel) else parse_step(step).model_dump()
         self.steps.append(data)
-        self.emit({"type": "step", "step": data})
+        for event in step_events(data):
+            self.emit(event)
 
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, event: Event) -> None:
         """Send ``event`` to ``on_event``; an observer's error never breaks the run."""
         if self.on_event is not None:
             try:
@@ -117,13 +119,12 @@ class RunContext:
                 self._calls += 1
                 seed = None if self.seed is None else self.seed * 1000 + self._calls
                 clipped = dataclasses.replace(clipped, temperature=self.temperature, seed=seed)
-            self.emit({"type": "model_call_started", "name": name, "backend": backend.name,
-                       "prompt_tokens": prompt_tokens, "max_tokens": clipped.max_tokens})
+            self.emit(StepStarted(name, backend.name, prompt_tokens, clipped.max_tokens))
             return clipped
 
         completion, params = await chat_within(budget or self.budget, backend, messages, params,
                                                min_tokens=min_tokens, prepare=prepare)
-        self.emit({"type": "budget", "total": self.budget.total, "spent": self.budget.spent})
+        self.emit(BudgetUpdate(self.budget.spent, self.budget.total))
         self.record(
             ModelCallStep(
                 name=name,
@@ -168,7 +169,7 @@ class RunContext:
             self.budget.release(reservation)
             raise
         self.budget.charge(reservation, cost, 0)
-        self.emit({"type": "budget", "total": self.budget.total, "spent": self.budget.spent})
+        self.emit(BudgetUpdate(self.budget.spent, self.budget.total))
         self.record(ScoreStep(name=name, backend=backend.name, messages=[m.to_dict() for m in messages],
                               continuations=list(continuations), scores=[round(x, 4) for x in scores],
                               usage={"prompt_tokens": cost, "completion_tokens": 0},

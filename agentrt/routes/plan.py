@@ -8,7 +8,7 @@ The one module that imports LangGraph (lazily, inside ``build_graph``). Graph::
 * The run first searches the corpus for the question itself (top ``search_k``, recorded as a
   ``memory_op`` step), so the planner plans from what the index holds.
 * The planner makes a ``Plan`` (model with constrained JSON, rules as fallback); it is validated once
-  (caps, DAG), emitted as an ``{"type": "plan"}`` event, offered to the ``approve_plan`` hook (which may
+  (caps, DAG), emitted as a ``Plan`` event, offered to the ``approve_plan`` hook (which may
   edit or reject it) and recorded as a ``plan`` trajectory step — all before any searcher starts. The
   validated ``Plan`` stays on the run; the graph state keeps its dict for the record.
 * Steps run level by level: a level's searchers run concurrently (so a batching backend serves them in
@@ -41,6 +41,7 @@ from typing import Annotated, Any, TypedDict
 
 from agentrt.core.config import PlanSettings
 from agentrt.core.errors import BudgetExceeded, ConfigError, RunError, missing_extra
+from agentrt.core.events import Event, FanOut, PlanApproved, SearcherDone, SearcherFailed
 from agentrt.core.types import GenParams, Message
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.routes.toolcall import run_tool_loop
@@ -97,7 +98,7 @@ class _Run:
         self.rejected = False
         self.plan: Plan | None = None  # set once by the plan node, validated; later nodes read it here
 
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, event: Event) -> None:
         emit = getattr(self.ctx, "emit", None)  # RunContext.emit: observers' errors never break the run
         if emit is not None:
             emit(event)
@@ -140,7 +141,7 @@ class _Run:
                 if edited != plan:
                     plan = edited
                     self._record_plan(plan, pool, "edited", t0)
-            self.emit({"type": "plan_approved", "approved": not self.rejected, "plan": plan.model_dump()})
+            self.emit(PlanApproved(not self.rejected, plan.model_dump()))
         self.plan = plan
         return {"plan": plan.model_dump(), "level": 0, "step_budgets": plan.budget_split(pool)}
 
@@ -171,7 +172,7 @@ class _Run:
             q = PLACEHOLDER.sub(lambda m: answers.get(m[1]) or plan.step(m[1]).question, step.question)
             sends.append(Send("search", {"step": step.model_dump(), "sub_question": q,
                                          "tokens": state["step_budgets"].get(step.id, 0)}))
-        self.emit({"type": "fan_out", "level": level, "steps": [s.arg["step"]["id"] for s in sends]})
+        self.emit(FanOut(level, [s.arg["step"]["id"] for s in sends]))
         return sends
 
     async def search(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +200,7 @@ class _Run:
                     if call.get("name") == self.tool.name and out.ok for h in out.data or []]
         finding = {"step": step["id"], "question": q, "answer": result.answer, "stopped": result.stopped,
                    "passages": passages, "tokens": budget.spent, "wall_s": round(time.perf_counter() - t0, 3)}
-        self.emit({"type": "searcher_done", "step_id": step["id"], "stopped": result.stopped})
+        self.emit(SearcherDone(step["id"], result.stopped))
         if result.stopped == "budget" and not result.answer and not passages:
             return self._failed(step, q, "its budget ran out before it found anything")
         return {"findings": [finding]}
@@ -207,7 +208,7 @@ class _Run:
     def _failed(self, step: dict[str, Any], q: str, why: str) -> dict[str, Any]:
         self.ctx.record(SearcherFailedStep(step=step["id"], question=q, error=why,
                                            t_start_s=round(time.perf_counter() - self.ctx.started, 4)).model_dump())
-        self.emit({"type": "searcher_failed", "step_id": step["id"], "error": why})
+        self.emit(SearcherFailed(step["id"], why))
         return {"failed": [{"step": step["id"], "question": q, "error": why}]}
 
     async def reconvene(self, state: dict[str, Any]) -> dict[str, Any]:

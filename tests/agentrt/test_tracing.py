@@ -44,19 +44,21 @@ def test_run_spans_share_ids_with_the_trajectory(embedded, agentrt_home):
 
 
 def test_tool_and_plan_steps_become_spans():
-    """Control flow only: raw events as the tool loop and the plan route record them."""
+    """Control flow only: the typed events the tool loop and the plan route emit."""
     from agentrt.app.tracing import RunTracer, memory_exporter, provider
+    from agentrt.core.events import RunFinished, RunStarted, StepStarted, step_events
 
     memory_exporter().clear()
     tracer = RunTracer(provider("memory").get_tracer("test"))
     meta: dict = {}
-    tracer({"type": "run_started", "run_id": "r1", "route": "plan", "budget": 100, "model": "m", "metadata": meta})
-    tracer({"type": "step", "step": {"kind": "plan", "planner": "heuristic", "plan": {}, "latency_s": 0.01}})
-    tracer({"type": "step", "step": {"kind": "tool_call", "name": "calculator", "call_id": "c1", "latency_s": 0.02}})
-    tracer({"type": "step", "step": {"kind": "tool_call", "name": "fetch", "error": "timeout"}})
-    tracer({"type": "model_call_started", "name": "answer", "backend": "b", "max_tokens": 8})  # then cancelled
-    tracer({"type": "run_finished", "run_id": "r1", "status": "cancelled", "error": "cancelled",
-            "usage": {"prompt_tokens": 1, "completion_tokens": 2}})
+    tracer(RunStarted("r1", "plan", 100, "m", metadata=meta))
+    for step in ({"kind": "plan", "planner": "heuristic", "plan": {}, "latency_s": 0.01},
+                 {"kind": "tool_call", "name": "calculator", "call_id": "c1", "latency_s": 0.02},
+                 {"kind": "tool_call", "name": "fetch", "error": "timeout"}):
+        for event in step_events(step):
+            tracer(event)
+    tracer(StepStarted("answer", "b", 0, 8))  # then cancelled
+    tracer(RunFinished("r1", "cancelled", "plan", "", {"prompt_tokens": 1, "completion_tokens": 2}, "cancelled"))
     spans = {s.name: s for s in _spans()}
     assert set(spans) == {"invoke_agent agentrt", "plan", "execute_tool calculator", "execute_tool fetch", "chat m"}
     tool = spans["execute_tool calculator"]

@@ -42,9 +42,9 @@ def test_comparison_fans_out_and_cites_real_passages():
     # the model's plan (duplicated steps) was replaced by the rules', and recorded before any search
     plan_steps = [s for s in ctx.steps if s["kind"] == "plan"]
     assert plan_steps[0]["planner"].startswith("heuristic (fallback")
-    kinds = [(e["type"], e.get("step", {}).get("kind")) for e in events]
-    first_search = next(i for i, e in enumerate(events) if e.get("name", "").startswith("search:"))
-    assert kinds.index(("step", "plan")) < first_search
+    first_plan = next(i for i, e in enumerate(events) if e.type == "plan")
+    first_search = next(i for i, e in enumerate(events) if getattr(e, "name", "").startswith("search:"))
+    assert first_plan < first_search
     assert ctx.budget.reserved == 0 and ctx.budget.spent <= ctx.budget.total
 
 
@@ -54,7 +54,7 @@ def test_dependent_step_runs_after_with_finding_substituted():
     state = _run(ctx, "Who is the director of the film that starred Tom Hanks in 1994?", planner=HeuristicPlanner())
     s2 = next(f for f in state["findings"] if f["step"] == "s2")
     assert s2["question"] == "Who is the director of found?"  # s1's answer ("found") substituted
-    fan = [e["steps"] for e in events if e["type"] == "fan_out"]
+    fan = [e.steps for e in events if e.type == "fan_out"]
     assert fan == [["s1"], ["s2"]]
     prompts = [m[-1].content for m, _ in backend.calls if "Find out:" in m[1].content]
     assert prompts[0].startswith("Find out: What is the film")
@@ -67,7 +67,7 @@ def test_approval_hook_edits_are_honored_and_rejection_stops():
     state = _run(ctx)
     assert [f["question"] for f in state["findings"]] == ["When was First for Women started?"]
     assert [s["approval"] for s in ctx.steps if s["kind"] == "plan"] == ["proposed", "edited"]
-    assert any(e["type"] == "plan_approved" and e["approved"] for e in events)
+    assert any(e.type == "plan_approved" and e.approved for e in events)
 
     ctx, _ = _ctx(ScriptedBackend([reply]), approve_plan=lambda plan: None)
     state = _run(ctx)
@@ -85,7 +85,7 @@ def test_failed_searcher_is_reported_and_synthesis_says_what_is_missing():
     assert [f["step"] for f in state["failed"]] == ["s2"] and "backend down" in state["failed"][0]["error"]
     assert [f["step"] for f in state["findings"]] == ["s1"]
     assert state["answer"].endswith("(incomplete: no findings for s2)")
-    assert any(e["type"] == "searcher_failed" for e in events)
+    assert any(e.type == "searcher_failed" for e in events)
     [failed] = [s for s in ctx.steps if s["kind"] == "searcher_failed"]
     assert SearcherFailedStep.model_validate(failed).step == "s2" and "backend down" in failed["error"]
 
@@ -187,7 +187,7 @@ def test_max_fanout_is_honoured_from_the_run_settings():
     assert _plan_calls(backend)[0].json_schema["properties"]["steps"]["maxItems"] == 8
     [plan] = [s for s in ctx.steps if s["kind"] == "plan"]
     assert plan["planner"] == "llm" and len(plan["plan"]["steps"]) == 8
-    assert [e["steps"] for e in events if e["type"] == "fan_out"] == [[f"s{i}" for i in range(1, 9)]]
+    assert [e.steps for e in events if e.type == "fan_out"] == [[f"s{i}" for i in range(1, 9)]]
     assert len(state["findings"]) + len(state["failed"]) == 8
     # a smaller cap in the settings is what the planner is asked for
     backend = ScriptedBackend([wide_reply])

@@ -86,14 +86,14 @@ def test_hotpotqa_comparison_end_to_end_cites_real_passages(embedded, hotpot_cor
 
     corpus, item = hotpot_corpus
     assert 30 <= corpus.count() <= 60
-    events: list[dict] = []
+    events: list = []
     agent = Agent(policy=embedded, corpus="hotpot")
     result = agent.run(item["question"], budget=6000, route="plan", on_event=events.append)
     assert result.route == "plan" and result.status == "ok"
     assert result.answer in ("Annie Morton", "Terry Richardson")  # the answer is one of the options
     assert result.citations and all(corpus.get(c) is not None for c in result.citations)
     assert result.usage.total_tokens <= 6000
-    steps = [e["step"] for e in events if e["type"] == "step"]
+    steps = [e.step for e in events if e.type == "step_finished"]
     kinds = [s["kind"] for s in steps]
     assert kinds.index("plan") < kinds.index("tool_call")  # the plan was out before any searcher ran
     # ... and was made from the index: the question's own top hits, real passages of the corpus
