@@ -209,7 +209,10 @@ class Agent:
                 found = [e.to_dict() for e in self.episodes.similar(q, k=5) if e.score >= 0.8]
                 ctx.record(self.episodes.last_step)
                 return found
-        features = extract(ctx.question, similar_runs=similar, history=ctx.history)
+        from agentrt.routes.plan import corpus_coverage
+
+        features = extract(ctx.question, coverage=corpus_coverage(self.settings), similar_runs=similar,
+                           history=ctx.history)
         decision = await router.decide(ctx.question, features, ctx.budget.total)
         ctx.record(decision.to_step())
         return decision

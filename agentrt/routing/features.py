@@ -95,6 +95,20 @@ def extract(question: str, *, coverage: Callable[[str], float] | None = None,
     return f
 
 
+_STOP = frozenset("what which where when whose who whom does did have has were was with from that this than there their "
+                  "they them then about into also more most many much same both first last after before".split())
+
+
+def index_coverage(question: str, passages: Sequence[str]) -> float:
+    """How much of the question the top passages of the private index cover: the share of the question's
+    content words (4+ letters, not question words) found in them. 0 when the index has nothing."""
+    words = {w for w in re.findall(r"[a-z0-9]+", question.lower()) if len(w) >= 4 and w not in _STOP}
+    if not words or not passages:
+        return 0.0
+    found = set(re.findall(r"[a-z0-9]+", " ".join(passages).lower()))
+    return round(len(words & found) / len(words), 4)
+
+
 def hashed_words(question: str, dim: int = HASH_DIM) -> list[float]:
     """A bag-of-words vector by the hashing trick: a stable, model-free question embedding."""
     vec = [0.0] * dim

@@ -91,13 +91,15 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     from agentrt.trajectory import rewards
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from agentrt.core.config import load_settings
+
+    settings = load_settings()
     if model_dir is None:
         from agentrt.backends._embedded import embedded_model_path
-        from agentrt.core.config import load_settings
 
-        model_dir = embedded_model_path(load_settings().models_dir)
+        model_dir = embedded_model_path(settings.models_dir)
     # One thread is as fast on a shared 2-core machine and far kinder to neighbours (FACTS).
-    torch.set_num_threads(int(os.environ.get("AGENTRT_TORCH_THREADS", "1")))
+    torch.set_num_threads(settings.torch_threads)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -56,7 +56,7 @@ def _run(mode: str, actors: int, inflight: int, suite: Path, policy: str, root: 
     from agentrt.batch.ray import RayExecutor
     from agentrt.trajectory import TrajectoryWriter
     from evals.routers import make_router
-    from evals.runner import EvalConfig, plan_tasks
+    from evals.runner import EvalConfig, EvalJob, plan_tasks, run_tasks
     from evals.suites import load_suite
 
     out = Path(tempfile.mkdtemp(dir=root))
@@ -72,11 +72,11 @@ def _run(mode: str, actors: int, inflight: int, suite: Path, policy: str, root: 
         agent.policy  # load now: start-up is timed apart
     else:
         executor = RayExecutor(actors=actors, max_inflight=inflight, respawn=0)
-        executor.start(settings, str(agent.writer.path))
+        executor.start(EvalJob(config, settings.model_dump(mode="json")), str(agent.writer.path))
     startup = time.perf_counter() - started
     try:
         started = time.perf_counter()
-        records = asyncio.run(executor.run_tasks(agent, tasks, config))
+        records = asyncio.run(run_tasks(agent, tasks, config, executor=executor))
         wall = time.perf_counter() - started
     finally:
         executor.close()

@@ -88,14 +88,14 @@ def main() -> None:
             dt = time.perf_counter() - t
             rows.append((f"export {fmt} parquet", f"{rep.rows / dt:,.0f} rows/s", ""))
 
-    data = Path(__file__).resolve().parents[3] / "shared" / "data"
+    ifeval = Path(__file__).resolve().parents[2] / "tests" / "data" / "ifeval-input_data-subset.jsonl"
     cases = {
         "numeric": [("#### 18", "#### 18")] * 200,
         "qa": [("The Eiffel Tower", ["Eiffel Tower"])] * 200,
         "math": [("\\boxed{\\frac{1}{2}}", "0.5")] * 50,
     }
-    if (data / "ifeval" / "input_data.jsonl").is_file():
-        row = json.loads((data / "ifeval" / "input_data.jsonl").read_text().splitlines()[0])
+    if ifeval.is_file():  # the project's own copy (tests/data, Apache-2.0)
+        row = json.loads(ifeval.read_text().splitlines()[0])
         gt = {k: row[k] for k in ("instruction_id_list", "kwargs", "prompt")}
         cases["ifeval"] = [("*a* *b* *c* no commas here", gt)] * 50
     cases["unit_tests"] = [("def f(x):\n    return x + 1\n", {"test": "def check(c):\n    assert c(1) == 2\n", "entry_point": "f"})] * 10

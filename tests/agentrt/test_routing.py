@@ -204,5 +204,7 @@ def test_self_router_scores_labels_with_the_embedded_model(agent):
     step = next(s for s in rec.steps if s["kind"] == "route_decision")
     assert step["router"] == "self"
     assert all(step["features"][f"label_logprob_{a}"] < 0 for a in ("direct", "reason", "plan", "ask", "abstain"))
-    assert rec.budget["spent"] > r.usage.total_tokens  # the scoring pass was charged to the budget
-    assert rec.budget["spent"] <= 600
+    # the scoring pass went through the run's door: a recorded step, charged to the budget and the usage
+    [score] = [s for s in rec.steps if s["kind"] == "score"]
+    assert score["usage"]["prompt_tokens"] > 0
+    assert rec.budget["spent"] == r.usage.total_tokens <= 600
