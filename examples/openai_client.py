@@ -10,7 +10,7 @@ client = OpenAI(base_url=os.environ.get("AGENTRT_URL", "http://127.0.0.1:8000/v1
 resp = client.chat.completions.create(
     model="agentrt",
     messages=[{"role": "user", "content": "What is the capital of Italy?"}],
-    extra_body={"budget": 300},  # agentrt's own fields: budget, route
+    extra_body={"budget": 300},  # agentrt's own fields: budget, route, samples
 )
 print(resp.choices[0].message.content)
 print("agentrt:", resp.model_extra["agentrt"])  # route, reason, status, trajectory_id, budget

@@ -130,8 +130,8 @@ class Agent:
         samples for reason, chosen by ``verifier`` or a majority vote): the reason route's knobs.
         ``policy`` replaces the agent's backend for this run; ``tools`` (tools.base.Tool) are offered to
         the routes whose allowlist names them; ``temperature`` / ``seed`` sample instead of greedy decoding.
-        ``on_event`` observes the run's typed events (agentrt.core.events); ``approve_plan`` / ``ask_user`` are hooks of
-        the plan route and the ask_user tool. ``task`` (a RunTask, or the TaskInfo alone) and ``metadata``
+        ``on_event`` observes the run's typed events (agentrt.core.events); ``approve_plan`` / ``ask_user``
+        are hooks of the plan route and the ask_user tool. ``task`` (a RunTask, or the TaskInfo alone) and ``metadata``
         go into the record, with the task's reward when it has one, before the record is written.
         """
         ctx = self._start(question, history, system, budget, route, thinking_cap, samples, verifier, policy,
@@ -147,10 +147,10 @@ class Agent:
         except BudgetExceeded as e:
             return await self._finish(ctx, chosen, RouteOutput(ctx.best_answer), decision, task, "truncated", str(e))
         except asyncio.CancelledError:
-            self._write(ctx, chosen, output, None, "cancelled", "cancelled")
+            self._write(ctx, chosen, output, task, "cancelled", "cancelled")
             raise
         except Exception as e:
-            self._write(ctx, chosen, output, None, "failed", f"{type(e).__name__}: {e}")
+            self._write(ctx, chosen, output, task, "failed", f"{type(e).__name__}: {e}")
             raise
         truncated = any("length" in s.get("finish_reasons", []) for s in ctx.steps if s.get("name") == "answer")
         return await self._finish(ctx, chosen, output, decision, task, "truncated" if truncated else "ok", None)
@@ -290,11 +290,14 @@ class Agent:
 
         return stream(self, question, **options)
 
-    def session(self, *, history_share: float = 0.5, budget: int | None = None) -> Session:
-        """A multi-turn conversation: each turn sees the prior turns, within ``history_share`` of its budget."""
+    def session(self, *, history_share: float = 0.5, budget: int | None = None, history: str = "trim") -> Session:
+        """A multi-turn conversation: each turn sees the prior turns, within ``history_share`` of its budget.
+
+        ``history``: "trim" (keep the newest turns that fit) or "compress" (summarize and archive older ones).
+        """
         from agentrt.app.session import Session
 
-        return Session(self, history_share=history_share, budget=budget)
+        return Session(self, history_share=history_share, budget=budget, history=history)
 
 
 def _answer_confidence(ctx: RunContext) -> float | None:

@@ -148,7 +148,7 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
             question, turns, system = _split(req)
             session = Session(agent, budget=req.budget)
             session.turns = turns
-            options = session._options(question, {"budget": req.budget, "route": req.route, "samples": req.samples,
+            options = await session._options(question, {"budget": req.budget, "route": req.route, "samples": req.samples,
                                                   "system": system or None})
         except UserError as e:
             return _error(400, str(e))

@@ -1,20 +1,27 @@
 """Conversations: multi-turn sessions with memory of the prior turns.
 
-Each turn is one agent run whose ``history`` is the prior turns as messages: newest first until
-``history_share`` of the turn's budget is used (older turns are dropped, never cut mid-turn), so a
-conversation never breaks the hard budget. The router sees the new question and features of the
-conversation (turn number, whether the history resolves it), never the history as its question.
+Each turn is one agent run whose ``history`` is the prior turns as messages, within ``history_share``
+of the turn's budget. Two history policies:
+
+* ``"trim"`` (default): the newest turns that fit; older ones are dropped, never cut mid-turn.
+* ``"compress"``: when the conversation outgrows its share, the older turns are summarized by the
+  policy model (``memory.compress``) and archived in the memory store (still searchable); the
+  summary's tokens are paid from the turn's budget, so a turn never breaks its hard bound.
+
+The router sees the new question and features of the conversation (turn number, whether the history
+resolves it), never the history as its question.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from agentrt.app.inputs import check_text
-from agentrt.core.errors import InputError
+from agentrt.core.errors import InputError, UserError
 from agentrt.core.types import Message
 
 if TYPE_CHECKING:
@@ -40,17 +47,24 @@ class Session:
     >>> chat.ask("What is my name?").answer
     """
 
-    def __init__(self, agent: Agent, *, history_share: float = 0.5, budget: int | None = None) -> None:
+    def __init__(self, agent: Agent, *, history_share: float = 0.5, budget: int | None = None,
+                 history: str = "trim") -> None:
         if not 0.0 <= history_share < 1.0:
             raise InputError(f"history_share must be in [0, 1), got {history_share!r}")
+        if history not in ("trim", "compress"):
+            raise InputError(f"history must be 'trim' or 'compress', got {history!r}")
         self.agent = agent
         self.history_share = history_share
         self.budget = budget
+        self.policy = history
         self.turns: list[Turn] = []
+        self._compressed: list[Message] | None = None  # compress: the summary + the turns after it
+        self._archive: Any = None
 
     def reset(self) -> None:
         """Forget every prior turn."""
         self.turns.clear()
+        self._compressed = None
 
     @property
     def messages(self) -> list[Message]:
@@ -75,31 +89,68 @@ class Session:
             used += cost
         return kept
 
-    def _options(self, question: str, options: dict[str, Any]) -> dict[str, Any]:
+    async def _compress(self, total: int) -> tuple[list[Message], int, dict[str, Any] | None]:
+        """The compressed history, the tokens its summary cost, and the compression's memory_op step."""
+        from agentrt.core.budget import Budget
+        from memory.compress import acompress_messages
+
+        messages = self._compressed if self._compressed is not None else self.messages
+        allowance = int(total * self.history_share)
+        policy = self.agent.policy
+        if policy.count_tokens(messages) <= allowance:
+            return messages, 0, None
+        if self._archive is None:
+            from memory.chroma import open_store
+            from memory.corpus import resolve_location
+
+            self._archive = open_store(resolve_location(self.agent.settings), "conversations")
+        # the summary is paid from this turn's budget: what it spends, the run does not get
+        summary_budget = Budget(max(0, total - allowance) // 4, name="history-summary")
+        done = await acompress_messages(messages, count_tokens=policy.count_tokens, summarize=policy,
+                                        store=self._archive, limit=allowance, keep_last=2, budget=summary_budget,
+                                        summary_tokens=64)
+        self._compressed = done.messages
+        return done.messages, summary_budget.spent, done.step
+
+    async def _options(self, question: str, options: dict[str, Any]) -> dict[str, Any]:
         check_text(question, "question")
         budget = options.get("budget") or self.budget
+        if self.policy == "trim":
+            options["history"] = self.history_for(budget)
+        else:
+            total = budget or self.agent.settings.budget
+            options["history"], spent, step = await self._compress(total)
+            budget = total - spent
+            if step is not None:
+                options["metadata"] = {**(options.get("metadata") or {}), "history_compression": step}
         if budget is not None:
             options["budget"] = budget
-        options["history"] = self.history_for(budget)
         return options
 
     def _remember(self, question: str, result: Result) -> Result:
         self.turns.append(Turn(question, result.answer, result.route, result.trajectory_id))
+        if self._compressed is not None:
+            self._compressed += [Message("user", question), Message("assistant", result.answer)]
         return result
 
     def ask(self, question: str, **options: Any) -> Result:
         """One turn, synchronously (takes ``Agent.run``'s options)."""
-        return self._remember(question, self.agent.run(question, **self._options(question, options)))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.aask(question, **options))
+        raise UserError("Session.ask() was called inside an event loop; use `await session.aask(...)` there")
 
     async def aask(self, question: str, **options: Any) -> Result:
         """One turn, async."""
-        return self._remember(question, await self.agent.arun(question, **self._options(question, options)))
+        options = await self._options(question, options)
+        return self._remember(question, await self.agent.arun(question, **options))
 
     async def astream(self, question: str, **options: Any) -> AsyncIterator[Event]:
         """One turn as typed events (see ``Agent.astream``); the turn is remembered at its ``Answer``."""
         from agentrt.app.events import Answer, astream
 
-        async for event in astream(self.agent, question, **self._options(question, options)):
+        async for event in astream(self.agent, question, **(await self._options(question, options))):
             if isinstance(event, Answer):
                 self._remember(question, event.result)
             yield event

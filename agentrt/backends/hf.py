@@ -58,6 +58,7 @@ class HFBackend:
         self.prefix_cache = self.runner.prefix_cache
         self.context_length = self.runner.context_length
         self.vocab_size = self.runner.vocab_size
+        self.eos_ids = self.runner.eos_ids  # end-of-sequence ids (exports check token continuity with them)
         self.supports_thinking = "enable_thinking" in str(self.tokenizer.chat_template or "")
         self.scheduler = Scheduler(self.runner, self.stats, name=self.name, max_batch=max_batch,
                                    batch_window_s=batch_window_ms / 1000.0)

@@ -193,7 +193,7 @@ class Replay:
     name = "self"
 
     def __init__(self, decisions: dict) -> None:
-        self.decisions = decisions  # question -> (RouteDecision, ms)
+        self.decisions = decisions  # question -> (RouteDecision, ms, tokens its scoring cost)
 
     async def decide(self, question: str, features: dict, budget: int):
         return self.decisions[question][0]
@@ -212,21 +212,29 @@ async def self_decisions(items, out: Path, budget: int, lam: float) -> dict:
         for line in cache.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                decisions[(r["question"], r["on_index"])] = (RouteDecision.model_validate(r["decision"]), r["ms"])
+                cost = r.get("cost_tokens", r["decision"].get("cost_tokens", 0))
+                decisions[(r["question"], r["on_index"])] = (RouteDecision.model_validate(r["decision"]), r["ms"], cost)
     todo = [it for it in items if (it.question, covered(it)) not in decisions]
     if todo:
         policy = Agent(home=out / "home").policy
         settings = Settings(home=out / "home", router_lambda=lam)
-        routers = {on: make_router("self", settings, policy=policy, cfg=utility_config(lam, on)) for on in (True, False)}
+        cost = {"tokens": 0}
+
+        async def scorer(_name, messages, continuations):  # what RunContext.score does in a run, minus the record
+            scores, cost["tokens"] = await policy.score(messages, continuations)
+            return scores
+
+        routers = {on: make_router("self", settings, policy=policy, scorer=scorer, cfg=utility_config(lam, on))
+                   for on in (True, False)}
         with Progress() as progress, open(cache, "a") as f:
             task = progress.add_task("self router: scoring the action labels", total=len(todo))
             for it in todo:
                 t = time.perf_counter()
                 d = await routers[covered(it)].decide(it.question, extract(it.question), budget)
                 ms = (time.perf_counter() - t) * 1000
-                decisions[(it.question, covered(it))] = (d, ms)
+                decisions[(it.question, covered(it))] = (d, ms, cost["tokens"])
                 f.write(json.dumps({"question": it.question, "on_index": covered(it), "ms": ms,
-                                    "decision": d.model_dump()}) + "\n")
+                                    "cost_tokens": cost["tokens"], "decision": d.model_dump()}) + "\n")
                 f.flush()
                 progress.advance(task)
     return {it.question: decisions[(it.question, covered(it))] for it in items}
@@ -274,7 +282,7 @@ def evaluate(items, actions, runs, records: list[tuple[str, str]], out: Path, bu
             t = time.perf_counter()
             d = asyncio.run(r.decide(it.question, extract(it.question), budget))
             overhead.append(r.decisions[it.question][1] if isinstance(r, Replay) else (time.perf_counter() - t) * 1000)
-            spent = d.cost_tokens  # the self router's label scoring is charged to the run
+            spent = r.decisions[it.question][2] if isinstance(r, Replay) else 0  # the self router's scoring
             action = d.action if d.action in acts else "direct" if d.action in actions else None
             picks[(name, it.id)] = (action or d.action, d.p_success.get(action or d.action))
             if action is None:  # ask / abstain: no answer to score on these suites

@@ -128,3 +128,28 @@ def test_front_ends_stay_out_of_import_agentrt():
             "print(','.join(m for m in ('opentelemetry', 'fastapi', 'uvicorn', 'openai', 'pexpect') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+@pytest.mark.slow
+def test_a_compressing_session_summarizes_old_turns_inside_each_turns_budget(agentrt_home):
+    from agentrt.core.types import Message
+
+    backend = ScriptedBackend(["word " * 20])
+    chat = Agent(policy=backend).session(budget=300, history_share=0.3, history="compress")
+    for i in range(6):
+        chat.ask(f"question number {i}", route="direct")
+    records = _records(agentrt_home)
+    compressed = [r for r in records if "history_compression" in r["metadata"]]
+    assert compressed, "the conversation outgrew its share and was never compressed"
+    step = compressed[0]["metadata"]["history_compression"]
+    assert step["op"] == "compress" and step["archived"] >= 2 and step["tokens_after"] <= 300 * 0.3
+    # the summary rode in as the first history message; the whole turn (summary + run) kept its budget
+    first = compressed[0]["steps"][-1]["messages"]
+    assert first[1]["content"].startswith("Summary of earlier turns")
+    summary_tokens = (step.get("usage") or {}).get("total_tokens", 0)
+    assert all(r["usage"]["total_tokens"] <= r["budget"]["total"] for r in records)
+    assert compressed[0]["budget"]["total"] == 300 - summary_tokens
+    # the archived turns stay searchable in memory
+    hits = chat._archive.search("question number 0", k=3, where={"kind": "message"})
+    assert any("question number 0" in h.text for h in hits)
+    assert isinstance(chat.history_for()[0], Message)

@@ -93,9 +93,11 @@ def test_hotpotqa_comparison_end_to_end_cites_real_passages(embedded, hotpot_cor
     assert result.answer in ("Annie Morton", "Terry Richardson")  # the answer is one of the options
     assert result.citations and all(corpus.get(c) is not None for c in result.citations)
     assert result.usage.total_tokens <= 6000
-    steps = [e.step for e in events if e.type == "step_finished"]
+    steps = result.record.steps  # in the order they were recorded
     kinds = [s["kind"] for s in steps]
     assert kinds.index("plan") < kinds.index("tool_call")  # the plan was out before any searcher ran
+    types = [e.type for e in events]
+    assert types.index("plan") < types.index("tool_call") and "fan_out" in types  # and announced so
     # ... and was made from the index: the question's own top hits, real passages of the corpus
     recall = steps[kinds.index("memory_op")]
     assert kinds.index("memory_op") < kinds.index("plan") and recall["query"] == item["question"]

@@ -132,7 +132,8 @@ def test_notes_fit_the_memory_tools(mem_store):
     assert hits[0].id == nid and hits[0].metadata["source"] == "turn 7"
     assert notes.last_step["op"] == "note.search"
     read, write = make_memory_tools(notes)  # the tools/ room's protocol, over this store
-    assert write.fn("Alice's locker code is 4417.").startswith("saved as note-")
-    assert "4417" in read.fn("locker code", 1)
+    assert str(write.fn("Alice's locker code is 4417.")).startswith("saved as note-")
+    found = read.fn("locker code", 1)
+    assert "4417" in found.output and any("4417" in hit["text"] for hit in found.data)
     with pytest.raises(InputError):
         notes.add("  ")

@@ -57,12 +57,16 @@ def cmd_route(args: argparse.Namespace) -> int:
         raise InputError(f"budget must be a positive number of tokens, got {args.budget}")
     overrides = {"router_lambda": args.lam, "router_floors": _floors(args.floor) or None}
     settings = load_settings(args.config, router=args.router, **overrides)
-    policy = None
-    if settings.router == "self":
+    policy, scorer, ctx = None, None, None
+    if settings.router == "self":  # it scores its labels with the model, paid from the budget like in a run
         from agentrt.backends import load_backend
+        from agentrt.core.budget import Budget
+        from agentrt.routes.context import RunContext
 
         policy = load_backend(settings.policy, settings)
-    router = make_router(settings.router, settings, policy=policy)
+        ctx = RunContext("route", args.question, Budget(args.budget), policy, settings)
+        scorer = ctx.score
+    router = make_router(settings.router, settings, policy=policy, scorer=scorer)
     decision = asyncio.run(router.decide(args.question, extract(args.question), args.budget))
     if args.json:
         print(decision.model_dump_json())
@@ -77,6 +81,8 @@ def cmd_route(args: argparse.Namespace) -> int:
     console = Console()
     console.print(table)
     console.print(f"chosen: [bold]{decision.action}[/bold] (propensity {decision.propensity:.2f}) — {decision.reason}")
+    if ctx is not None:
+        console.print(f"the decision itself cost {ctx.budget.spent} tokens of the budget (label scoring)")
     cues = {k: v for k, v in decision.features.items() if v}
     console.print(f"features: {json.dumps(cues)}")
     return 0
