@@ -219,12 +219,7 @@ def parse_step(step: _Step | dict[str, Any]) -> _Step:
     """A step as its typed model (a dict is validated against its ``kind``: ``TrajectoryError`` if it does not fit)."""
     if isinstance(step, _Step):
         return step
-    try:
-        return _STEP_ADAPTER.validate_python(step)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise TrajectoryError(f"step {step.get('kind')!r}: {where}: {err['msg']}") from None
+    return _validated(_STEP_ADAPTER, step, f"step {step.get('kind')!r}")
 
 
 def tool_call_step(name: str, args: dict[str, Any], result: str | None = None, *, error: str | None = None,
@@ -331,33 +326,23 @@ class TrajectoryRecord(BaseModel):
     def typed_steps(self) -> list[BaseModel | dict[str, Any]]:
         """The steps as their models (unknown kinds stay dicts); a step that does not match its kind's
         schema raises TrajectoryError naming the run, the step and the field."""
-        out: list[BaseModel | dict[str, Any]] = []
-        for i, step in enumerate(self.steps):
-            model = STEP_TYPES.get(step["kind"])
-            if model is None:
-                out.append(step)
-                continue
-            try:
-                out.append(model.model_validate(step))
-            except ValidationError as e:
-                err = e.errors()[0]
-                where = ".".join(str(x) for x in err["loc"])
-                raise TrajectoryError(f"run {self.run_id}: step {i} ({step['kind']}): {where}: {err['msg']}") from None
-        return out
+        return [step if step["kind"] not in STEP_TYPES
+                else _validated(STEP_TYPES[step["kind"]], step, f"run {self.run_id}: step {i} ({step['kind']})")
+                for i, step in enumerate(self.steps)]
 
     def model_calls(self) -> list[ModelCallStep]:
-        """The model_call steps, in order."""
-        out = []
-        for i, step in enumerate(self.steps):
-            if step.get("kind") != "model_call":
-                continue  # other kinds are validated (and may fail) only when asked for
-            try:
-                out.append(ModelCallStep.model_validate(step))
-            except ValidationError as e:
-                err = e.errors()[0]
-                where = ".".join(str(x) for x in err["loc"])
-                raise TrajectoryError(f"run {self.run_id}: step {i} (model_call): {where}: {err['msg']}") from None
-        return out
+        """The model_call steps, in order (other kinds are validated, and may fail, only when asked for)."""
+        return [_validated(ModelCallStep, step, f"run {self.run_id}: step {i} (model_call)")
+                for i, step in enumerate(self.steps) if step.get("kind") == "model_call"]
+
+
+def _validated(model: Any, step: dict[str, Any], where: str) -> Any:
+    """``model`` validated from ``step``; a mismatch is a TrajectoryError that names ``where`` and the field."""
+    try:
+        return model.validate_python(step) if isinstance(model, TypeAdapter) else model.model_validate(step)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise TrajectoryError(f"{where}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
 
 
 def new_run_id() -> str:
