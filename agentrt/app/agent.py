@@ -160,7 +160,8 @@ class Agent:
                on_event: Any, approve_plan: Any, ask_user: Any, metadata: Any) -> RunContext:
         """Validate a request (before any token is spent) and open its RunContext."""
         total = self.settings.budget if budget is None else budget
-        messages = check_request(question, history, system, total, route, thinking_cap, samples, temperature)
+        messages = check_request(question, history, system, total, route, thinking_cap, samples, temperature,
+                                 metadata)
         ensure_writable_dir(self.settings.trajectory_dir, "trajectory directory")
         policy = policy or self.policy
         prompt_tokens = policy.count_tokens(([Message("system", system)] if system else []) + messages)

@@ -44,7 +44,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_argv(argv: list[str]) -> str | None:
+    """The error line for the first argument that is not valid UTF-8, else None.
+
+    Python hands undecodable argv bytes over as lone surrogates (PEP 383); no command can use such
+    text (a question, a route, a filter, a file name to write), so all are refused up front, once.
+    """
+    import os
+
+    for i, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                shown = repr(os.fsencode(arg))
+            except UnicodeEncodeError:
+                shown = ascii(arg)
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            return (f"argument {i} ({shown}) is not valid UTF-8; pass every argument as UTF-8 text "
+                    "(use a UTF-8 locale such as LANG=C.UTF-8, or re-encode the text, e.g. with iconv)")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    bad = check_argv(sys.argv[1:] if argv is None else argv)
+    if bad:
+        print(f"agentrt: error: {bad}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

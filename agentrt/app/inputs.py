@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agentrt.core.errors import InputError
@@ -21,9 +22,15 @@ def check_text(text: Any, what: str) -> str:
 
 
 def check_request(question: Any, history: Any, system: Any, budget: Any, route: str | None,
-                  thinking_cap: Any, samples: Any, temperature: Any) -> list[Message]:
+                  thinking_cap: Any, samples: Any, temperature: Any, metadata: Any = None) -> list[Message]:
     """Validate a run's arguments; returns its messages (the history, then the question as the user's turn)."""
     check_text(question, "question")
+    if metadata is not None:
+        try:  # it goes into the record as JSON: refuse now what the writer could not write later
+            json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError, UnicodeEncodeError) as e:
+            raise InputError(f"metadata must be JSON-serializable UTF-8 text and numbers ({e}); "
+                             "pass plain str/int/float/bool/list/dict values") from None
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
         raise InputError(f"budget must be a positive number of tokens, got {budget!r}")
     if route is not None:

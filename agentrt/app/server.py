@@ -3,26 +3,35 @@
 ``POST /v1/chat/completions`` runs the agent on the last user message (earlier turns are passed as
 conversation context, like ``Agent.session``), streaming (SSE) or not. Responses are OpenAI's shape
 plus an ``agentrt`` object: route, reason, status, trajectory id, budget. ``GET /healthz``,
-``GET /v1/models``. Bad input (bad JSON, an oversized body, unknown fields, a bad message list)
-gets a 4xx with an OpenAI-style ``{"error": {"message": ...}}``, never a 500.
+``GET /v1/models``. Bad input (bad JSON, text that is not UTF-8 or holds a lone surrogate, JSON nested
+too deep or with huge integers, an oversized body, unknown fields, a bad message list) gets a 4xx with
+OpenAI's ``{"error": {"message", "type", "param", "code"}}``, never a 500; a 500 (same shape) means a bug.
+
+The door (``create_app`` options, ``agentrt serve`` flags): ``api_key`` (every path but ``/healthz``
+needs ``Authorization: Bearer KEY``, else 401), ``max_budget`` (a request's budget above it is a 400;
+a request without one gets ``min(default, max_budget)``), ``request_timeout`` (a run that takes longer
+is cancelled, saved as cancelled, and answered 504), ``max_body``, ``max_concurrency``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentrt.core.errors import BackendError, UserError, missing_extra
+from agentrt.core.errors import AgentrtError, BackendError, UserError, missing_extra
 from agentrt.app.session import Session, Turn
 
 try:
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from agentrt.app._http import ApiKeyGate, BadBody, error_response, parse_body
 except ImportError as e:  # pragma: no cover - depends on the install
     raise missing_extra("fastapi", "server") from e
 
@@ -77,8 +86,7 @@ class ChatRequest(BaseModel):
     samples: int = Field(default=1, ge=1, le=64)  # the reason route's parallel samples (majority vote)
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status_code=status)
+_error = error_response
 
 
 def _split(req: ChatRequest) -> tuple[str, list[Turn], str]:
@@ -100,14 +108,24 @@ def _split(req: ChatRequest) -> tuple[str, list[Turn], str]:
     return question, turns, system
 
 
-def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrency: int = 64) -> FastAPI:
-    """The ASGI app serving ``agent``; ``max_body`` bytes per request, ``max_concurrency`` runs at once."""
+def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrency: int = 64, api_key: str | None = None,
+               max_budget: int | None = None, request_timeout: float | None = None) -> FastAPI:
+    """The ASGI app serving ``agent``; ``max_body`` bytes per request, ``max_concurrency`` runs at once;
+    ``api_key``, ``max_budget``, ``request_timeout``: the door (see the module docstring)."""
     app = FastAPI(title="agentrt", version="0.1.0", docs_url=None, redoc_url=None)
     slots = asyncio.Semaphore(max_concurrency)
+    if api_key:
+        app.add_middleware(ApiKeyGate, key=api_key)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def server_error(_request: Request, exc: Exception) -> JSONResponse:
+        """A true bug (bad input never gets here): still OpenAI's JSON shape; the traceback goes to the log."""
+        detail = str(exc) if isinstance(exc, AgentrtError) else "an internal error; the server log has the traceback"
+        return _error(500, f"{type(exc).__name__}: {detail}", kind="server_error")
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -129,9 +147,9 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
             if len(body) > max_body:
                 return _error(413, f"request body is over the {max_body}-byte limit")
         try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return _error(400, f"the body is not valid JSON: {e}")
+            data = parse_body(bytes(body))
+        except BadBody as e:
+            return _error(400, str(e), param=e.param)
         if not isinstance(data, dict):
             return _error(400, "the body must be a JSON object")
         try:
@@ -144,20 +162,36 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
 
         if req.route is not None and req.route not in ROUTES:
             return _error(400, f"unknown route {req.route!r}; choose one of: {', '.join(ROUTES)}", param="route")
+        budget = req.budget
+        if max_budget is not None:
+            if budget is not None and budget > max_budget:
+                return _error(400, f"budget {budget} is over this server's cap of {max_budget} tokens per request; "
+                              f"ask for at most {max_budget}", param="budget")
+            budget = min(budget or agent.settings.budget, max_budget)
         try:
             question, turns, system = _split(req)
-            session = Session(agent, budget=req.budget)
+            session = Session(agent, budget=budget)
             session.turns = turns
-            options = await session._options(question, {"budget": req.budget, "route": req.route, "samples": req.samples,
+            options = await session._options(question, {"budget": budget, "route": req.route, "samples": req.samples,
                                                   "system": system or None})
         except UserError as e:
             return _error(400, str(e))
+        except BackendError as e:
+            return _error(502, str(e), kind="backend_error")
         created = int(time.time())
         if req.stream:
-            return StreamingResponse(_sse(agent, slots, question, options, req, created), media_type="text/event-stream")
+            return StreamingResponse(_sse(agent, slots, question, options, req, created, request_timeout),
+                                     media_type="text/event-stream")
+        started: list[str] = []
+        timer = asyncio.timeout(request_timeout)
         try:
             async with slots:
-                result = await agent.arun(question, **options)
+                async with timer:
+                    result = await agent.arun(question, on_event=_run_id_into(started), **options)
+        except TimeoutError:
+            if not timer.expired():
+                raise  # a TimeoutError of the run's own: not ours to describe
+            return _error(504, _timeout_message(request_timeout, started), kind="timeout", code="request_timeout")
         except UserError as e:
             return _error(400, str(e))
         except BackendError as e:
@@ -165,6 +199,23 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
         return _completion(result, req, created)
 
     return app
+
+
+def _run_id_into(started: list[str]) -> Any:
+    """An ``on_event`` hook that keeps the run id (for the 504 message of a run cut short)."""
+    from agentrt.app.events import RunStarted
+
+    def hook(event: Any) -> None:
+        if isinstance(event, RunStarted):
+            started.append(event.run_id)
+
+    return hook
+
+
+def _timeout_message(limit: float | None, started: list[str]) -> str:
+    saved = f"; its trajectory {started[0]} is saved as cancelled" if started else ""
+    return (f"the run took longer than this server's limit of {limit:g} s per request (--request-timeout) and was "
+            f"cancelled{saved}; ask for a smaller budget or a cheaper route")
 
 
 def _extra(result: Result) -> dict[str, Any]:
@@ -182,7 +233,7 @@ def _completion(result: Result, req: ChatRequest, created: int) -> dict[str, Any
 
 
 async def _sse(agent: Agent, slots: asyncio.Semaphore, question: str, options: dict[str, Any], req: ChatRequest,
-               created: int) -> AsyncIterator[str]:
+               created: int, timeout: float | None = None) -> AsyncIterator[str]:
     """Chunks: the role, each run event (``choices: []`` + ``agentrt_event``), the answer, the finish."""
     from agentrt.app.events import Answer, RunStarted, astream
 
@@ -193,11 +244,26 @@ async def _sse(agent: Agent, slots: asyncio.Semaphore, question: str, options: d
                    "choices": choices, **extra}
         return f"data: {json.dumps(payload, ensure_ascii=False, default=str)}\n\n"
 
+    def error(message: str, kind: str, code: int | str) -> str:
+        return f"data: {json.dumps({'error': {'message': message, 'type': kind, 'param': None, 'code': code}})}\n\n"
+
+    started: list[str] = []
     async with slots:
+        # the deadline covers only the waits for the run's next event (never a yield: a timeout that
+        # fired while the response is being sent would cancel the server's send, not the run)
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        events = astream(agent, question, **options)
+        timer = asyncio.timeout_at(deadline)  # replaced by a fresh one for each wait, below
         try:
-            async for event in astream(agent, question, **options):
+            while True:
+                try:
+                    async with (timer := asyncio.timeout_at(deadline)):
+                        event = await anext(events)
+                except StopAsyncIteration:
+                    break
                 if isinstance(event, RunStarted):
                     cid = f"chatcmpl-{event.run_id}"
+                    started.append(event.run_id)
                     yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
                 if isinstance(event, Answer):
                     result = event.result
@@ -208,8 +274,18 @@ async def _sse(agent: Agent, slots: asyncio.Semaphore, question: str, options: d
                         yield chunk([], usage=result.usage.to_dict())
                 else:
                     yield chunk([], agentrt_event=event.to_dict())
-        except (UserError, BackendError) as e:
-            yield f"data: {json.dumps({'error': {'message': str(e), 'type': type(e).__name__}})}\n\n"
+        except Exception as e:  # noqa: BLE001 - the stream has begun: every failure is said in the stream's shape
+            if isinstance(e, TimeoutError) and timer.expired():
+                yield error(_timeout_message(timeout, started), "timeout", "request_timeout")
+            elif isinstance(e, UserError):
+                yield error(str(e), "invalid_request_error", 400)
+            elif isinstance(e, BackendError):
+                yield error(str(e), "backend_error", 502)
+            else:  # a bug
+                logging.getLogger("agentrt.server").exception("a streamed run failed")
+                yield error(f"{type(e).__name__}: an internal error; the server log has the traceback", "server_error", 500)
+        finally:
+            await events.aclose()  # a client that left: the run is cancelled (and saved as cancelled)
     yield "data: [DONE]\n\n"
 
 

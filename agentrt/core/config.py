@@ -1,18 +1,23 @@
 """Runtime settings: where agentrt keeps its files and which models it uses.
 
-Settings come from (lowest to highest): defaults, a TOML file (``$AGENTRT_HOME/config.toml`` or
-``--config``), environment variables, explicit arguments. The ``[agentrt]`` table holds the settings;
-``[agentrt.plan]`` the plan route's (``PlanSettings``).
+Every setting comes from (highest first): an explicit argument (``load_settings(budget=...)``,
+``Settings(budget=...)``, a CLI flag), the TOML file (``--config``, else ``$AGENTRT_HOME/config.toml``;
+the ``[agentrt]`` table, ``[agentrt.plan]`` for ``PlanSettings``), the environment, the default. In the
+environment a setting is ``AGENTRT_<NAME>`` (``AGENTRT_BUDGET=2048``, ``AGENTRT_ALLOW_PYTHON=true``) and a
+plan setting ``AGENTRT_PLAN_<NAME>`` (``AGENTRT_PLAN_MAX_FANOUT=4``); an empty variable counts as unset,
+and a value that does not parse or is out of range is a one-line ``ConfigError`` naming the variable.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from agentrt.core.errors import ConfigError
 
@@ -23,6 +28,50 @@ def default_home() -> Path:
     """``$AGENTRT_HOME``, else ``~/.cache/agentrt``."""
     env = os.environ.get("AGENTRT_HOME")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "agentrt"
+
+
+ENV_PREFIX = "AGENTRT_"
+PLAN_ENV_PREFIX = "AGENTRT_PLAN_"
+
+
+@lru_cache(maxsize=None)
+def _adapter(model: type[BaseModel], name: str) -> TypeAdapter:
+    """A validator for one field alone: its type with its constraints (ge, le, pattern)."""
+    field = model.model_fields[name]
+    return TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)
+
+
+def _env_value(model: type[BaseModel], name: str, var: str, raw: str) -> Any:
+    """``raw`` (the text of ``var``) as the field's value; a ConfigError names the variable when it is bad."""
+    field = model.model_fields[name]
+    value: Any = raw
+    if field.annotation is Path:
+        value = Path(raw).expanduser()
+    elif getattr(field.annotation, "__origin__", None) is dict:  # JSON object, or KEY=VALUE,KEY=VALUE
+        try:
+            value = json.loads(raw) if raw.startswith("{") else dict(
+                (k.strip(), v.strip()) for k, _, v in (part.partition("=") for part in raw.split(",") if part.strip()))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"environment variable {var}={raw!r} is not a JSON object ({e.msg}); "
+                              "write it as {\"plan\": 0.4} or plan=0.4,reason=0.2") from None
+    try:
+        return _adapter(model, name).validate_python(value)
+    except ValidationError as e:
+        raise ConfigError(f"environment variable {var}={raw!r} is not a valid {name}: "
+                          f"{e.errors()[0]['msg']}; fix or unset it") from None
+
+
+def env_settings(model: type[BaseModel], prefix: str, given: Any = ()) -> dict[str, Any]:
+    """The fields of ``model`` set in the environment as ``<prefix><NAME>`` and not in ``given``."""
+    out = {}
+    for name, field in model.model_fields.items():
+        if name in given or isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            continue
+        var = prefix + name.upper()
+        raw = os.environ.get(var, "").strip()
+        if raw:
+            out[name] = _env_value(model, name, var, raw)
+    return out
 
 
 class PlanSettings(BaseModel):
@@ -45,6 +94,12 @@ class PlanSettings(BaseModel):
     synth_reserve: int = Field(default=900, ge=0)  # tokens held back from the searchers so synthesis can run
     verify: bool = False  # ask the model whether the cited passages support the answer (recorded)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_env(cls, data: Any) -> Any:
+        """Fields not given explicitly (or by the TOML file) come from ``AGENTRT_PLAN_<NAME>``."""
+        return {**env_settings(cls, PLAN_ENV_PREFIX, data), **data} if isinstance(data, dict) else data
+
 
 class Settings(BaseModel):
     """Validated runtime configuration."""
@@ -54,10 +109,10 @@ class Settings(BaseModel):
     home: Path = Field(default_factory=default_home)
     policy: str = "hf:embedded"
     planner: str | None = None
-    torch_threads: int = Field(default_factory=lambda: int(os.environ.get("AGENTRT_TORCH_THREADS", "1")), ge=1)
+    torch_threads: int = Field(default=1, ge=1)
     # Threads for the hf batcher's wide passes (prompts, several rows); 0 = torch_threads. One-row decode
     # steps are memory-bound and gain nothing from more threads; wide passes do, on cores of your own.
-    torch_wide_threads: int = Field(default_factory=lambda: int(os.environ.get("AGENTRT_TORCH_WIDE_THREADS", "0")), ge=0)
+    torch_wide_threads: int = Field(default=0, ge=0)
     budget: int = Field(default=DEFAULT_BUDGET, ge=1)
     thinking_cap: int = Field(default=256, ge=0)
     answer_max_tokens: int = Field(default=128, ge=1)
@@ -81,6 +136,12 @@ class Settings(BaseModel):
     episodic_memory: bool = False
     plan: PlanSettings = Field(default_factory=PlanSettings)  # the plan route ([agentrt.plan])
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_env(cls, data: Any) -> Any:
+        """Fields not given explicitly (or by the TOML file) come from ``AGENTRT_<NAME>``."""
+        return {**env_settings(cls, ENV_PREFIX, data), **data} if isinstance(data, dict) else data
+
     @property
     def trajectory_dir(self) -> Path:
         return self.home / "trajectories"
@@ -93,7 +154,8 @@ class Settings(BaseModel):
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
-    """Build Settings from a TOML file (if any) plus explicit overrides; errors name the bad key."""
+    """Build Settings: explicit ``overrides`` (None = not given) > the TOML file (if any) > the environment
+    (``AGENTRT_<NAME>``) > defaults; errors name the bad key or variable."""
     data: dict[str, Any] = {}
     path = Path(config_file) if config_file else default_home() / "config.toml"
     if config_file and not path.is_file():

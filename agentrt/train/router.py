@@ -27,7 +27,7 @@ from agentrt.core.errors import InputError
 from agentrt.routing.decision import UtilityConfig, choose
 from agentrt.routing.features import NUMERIC_FEATURES, extract, vectorize
 from agentrt.routing.learned import ActionModel, RouterModel, sigmoid
-from agentrt.trajectory import read_trajectories
+from agentrt.trajectory import ReadReport, read_trajectories
 
 MAX_WEIGHT = 20.0  # clip 1/propensity: a few rare actions must not dominate the fit
 # L2 strengths (on the weighted mean log-loss), one for the numeric features and one for the hashed
@@ -36,6 +36,11 @@ Strength = tuple[float, float]  # (numeric features, hashed words)
 L2_GRID: tuple[Strength, ...] = tuple((numeric, words) for numeric in (1e-3, 1e-2, 0.1) for words in (1e-3, 1e-2, 0.1, 1.0))
 TOKENS_L2: Strength = (1e-2, 1e-2)
 TEMPERATURES = (0.5, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0)  # calibration: logits / T
+# Below these the fit still runs, but ``data_warnings`` says why its numbers cannot be trusted: a success
+# model per action has ~140 inputs (held by L2), so an action needs a few dozen runs, with both outcomes,
+# before its p_success means anything; and the out-of-fold report (ECE, policy value) is over questions.
+MIN_RUNS_PER_ACTION = 30
+MIN_QUESTIONS = 20
 
 
 @dataclass
@@ -60,11 +65,15 @@ def _success(rec: Any) -> float:
     return min(1.0, max(0.0, float(rec.reward)))
 
 
-def load_examples(paths: list[str | Path]) -> list[Example]:
-    """Usable records: a reward, a route, and a propensity (fixed routes count as 1)."""
+def load_examples(paths: list[str | Path], *, strict: bool = False, read_report: ReadReport | None = None) -> list[Example]:
+    """Usable records: a reward, a route, and a propensity (fixed routes count as 1). Corrupt lines are
+    skipped (listed in ``read_report`` when given) unless ``strict``, which raises on the first one."""
     out = []
     for path in paths:
-        for rec in read_trajectories(path).records:
+        read = read_trajectories(path, strict=strict)
+        if read_report is not None:
+            read_report.absorb(read)
+        for rec in read.records:
             if rec.reward is None or rec.status == "failed":
                 continue
             decision = next((s for s in rec.steps if s.get("kind") == "route_decision"), None)
@@ -145,15 +154,16 @@ def calibration(probs: list[float], outcomes: list[float], bins: int = 10) -> di
     return {"ece": round(ece, 4), "brier": round(brier, 4), "reliability": table, "n": len(probs)}
 
 
-def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, seed: int = 0) -> RouterModel:
+def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, seed: int = 0, strict: bool = False,
+                 read_report: ReadReport | None = None) -> RouterModel:
     """Fit, calibrate and evaluate a learned router; the report is in ``model.metrics``.
 
     Cross-fitting by question: every run is predicted by models fit on the other folds' questions.
     Those out-of-fold predictions choose each action's L2 strength and the calibration temperature
     (lowest log-loss) and give the report (ECE, Brier, policy value). The returned model is then fit
-    on all runs with the chosen strengths and temperature.
+    on all runs with the chosen strengths and temperature. ``strict`` / ``read_report``: see ``load_examples``.
     """
-    examples = load_examples(paths)
+    examples = load_examples(paths, strict=strict, read_report=read_report)
     questions = sorted({e.question for e in examples})
     if len(questions) < 2:
         raise InputError("need rewarded runs on at least 2 different questions to calibrate a router")
@@ -182,8 +192,36 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     model = _fit_routers(examples, lam, [pick])[0]
     model.temperature = temperature
     model.metrics = {**report(preds, examples, lam), "examples": len(examples), "questions": len(questions),
-                     "folds": k, "actions": actions, "l2": pick, "temperature": temperature}
+                     "folds": k, "actions": actions, "l2": pick, "temperature": temperature,
+                     "warnings": data_warnings(examples)}
     return model
+
+
+def data_warnings(examples: list[Example]) -> list[str]:
+    """Why these runs cannot support the fit, one line each (empty when they can): a single action (nothing
+    to choose between), fewer than MIN_RUNS_PER_ACTION runs of an action, an action whose runs all succeeded
+    or all failed (its p_success is a constant; ECE is ~0 by construction), fewer than MIN_QUESTIONS questions."""
+    out = []
+    runs: dict[str, list[float]] = {}
+    for e in examples:
+        runs.setdefault(e.action, []).append(e.success)
+    if len(runs) == 1:
+        (only,) = runs
+        out.append(f"every run took '{only}': the router learns nothing about other routes and cannot choose "
+                   "between them; log runs of several routes (agentrt eval --router fixed:direct --router "
+                   "fixed:reason --router rules)")
+    for action, outcomes in sorted(runs.items()):
+        if len(outcomes) < MIN_RUNS_PER_ACTION:
+            out.append(f"only {len(outcomes)} runs took '{action}' (want >= {MIN_RUNS_PER_ACTION}): "
+                       "its p_success rests on too few runs")
+        if len(set(outcomes)) == 1 and outcomes[0] in (0.0, 1.0):
+            out.append(f"every '{action}' run {'succeeded' if outcomes[0] else 'failed'}: its p_success cannot "
+                       "be calibrated (ECE is ~0 by construction, not a sign of a good fit)")
+    questions = len({e.question for e in examples})
+    if questions < MIN_QUESTIONS:
+        out.append(f"only {questions} questions (want >= {MIN_QUESTIONS}): the out-of-fold ECE and policy value "
+                   "are measured on too few to mean much")
+    return out
 
 
 def _nll(pairs: list[tuple[float | None, float]]) -> float:

@@ -32,6 +32,7 @@ from agentrt.trajectory.schema import (
     tool_call_step,
 )
 from agentrt.trajectory.store import (
+    Quarantined,
     ReadReport,
     TrajectoryWriter,
     find_record,
@@ -46,5 +47,5 @@ __all__ = [
     "PlanStep", "SearcherFailedStep", "PlanResultStep", "MemoryOpStep", "ScoreStep", "EscalationStep", "SampleSelectionStep", "FinalAnswerStep", "Step", "parse_step", "STEP_TYPES", "RewardBreakdown",
     "TaskInfo", "TrajectoryRecord",
     "tool_call_step", "new_run_id", "now", "RunTask", "attach_task", "ReadReport", "TrajectoryWriter", "read_trajectories",
-    "iter_records", "find_record", "rebuild_index", "trajectory_files",
+    "iter_records", "find_record", "Quarantined", "rebuild_index", "trajectory_files",
 ]

@@ -7,11 +7,13 @@
 Formats (``FORMATS``; ``.parquet`` or ``.jsonl`` by the output's suffix, except ``openai``: JSONL):
 
 * ``verl``        prompt rows {data_source, prompt (messages), ability, reward_model {style: rule,
-                  ground_truth}, extra_info}; one row per distinct prompt, runs without ground truth skipped
+                  ground_truth}, extra_info}; one row per distinct prompt, runs without ground truth skipped;
+                  eval runs get verl's name of their suite as ``data_source`` (``verl_data_source``)
 * ``verl-tokens`` {prompt_ids, response_ids, response_mask (1 model token, 0 observation), response_logprobs,
                   reward} per continuous token segment of a run (multi-turn runs are one row when continuous)
 * ``trl-prompts`` TRL prompt-only rows {prompt (messages), answer} (+ data_source, verifier)
-* ``trl-sft``     TRL tool-use SFT rows {messages (with tool_calls), tools}
+* ``trl-sft``     TRL tool-use SFT rows {messages (with tool_calls), tools}; only runs with status ``ok`` and an
+                  answer (``sft_statuses``), optionally only those rewarded at least ``min_reward``
 * ``triplets``    agent-lightning style {prompt.token_ids, response.token_ids, response.log_probs, reward}
                   per model call, the run's reward on the last triplet only
 * ``openai``      OpenAI chat fine-tuning JSONL {messages}
@@ -37,6 +39,7 @@ from typing import Any
 from agentrt.trajectory.export_tokens import check_continuity, final_conversation, token_segments
 from agentrt.core.errors import InputError, TrajectoryError, missing_extra
 from agentrt.trajectory import TrajectoryRecord, read_trajectories
+from agentrt.trajectory.store import ReadReport
 
 
 @dataclass
@@ -48,8 +51,9 @@ class ExportReport:
     runs: int = 0
     rows: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
-    split: int = 0  # runs written as several token segments (a token discontinuity; see problems)
-    problems: list[str] = field(default_factory=list)
+    split: int = 0  # runs written as several token segments (a token discontinuity; see breaks)
+    problems: list[str] = field(default_factory=list)  # what the CLI warns about: one line per kind of problem
+    breaks: list[str] = field(default_factory=list)  # verl-tokens: where each split run breaks, per run
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -70,7 +74,15 @@ class ExportReport:
 
 def load_runs(paths: Iterable[str | Path] | None = None, home: str | Path | None = None) -> tuple[list[TrajectoryRecord], list[str]]:
     """Records from trajectory files/directories (default: ``$AGENTRT_HOME/trajectories``) and the
-    problems found (torn records: reported, skipped)."""
+    problems found (torn records and corrupt lines: reported, skipped). ``read_runs`` gives the full report."""
+    report = read_runs(paths, home)
+    return report.records, report.problems + [str(q) for q in report.quarantined]
+
+
+def read_runs(paths: Iterable[str | Path] | None = None, home: str | Path | None = None, *,
+              strict: bool = False) -> ReadReport:
+    """One ``ReadReport`` over trajectory files/directories (default: ``$AGENTRT_HOME/trajectories``):
+    corrupt lines are skipped and listed in ``quarantined``, or raise with ``strict=True``."""
     if not paths:
         from agentrt.core.config import load_settings
 
@@ -78,18 +90,15 @@ def load_runs(paths: Iterable[str | Path] | None = None, home: str | Path | None
         if not directory.is_dir():
             raise InputError(f"no trajectories under {directory}; run the agent first or pass --trajectories FILE")
         paths = [directory]
-    records: list[TrajectoryRecord] = []
-    problems: list[str] = []
+    report = ReadReport()
     for p in paths:
         try:
-            report = read_trajectories(p)
-        except TrajectoryError as e:
+            report.absorb(read_trajectories(p, strict=strict))
+        except TrajectoryError:
             if not Path(p).exists():
                 raise InputError(f"no trajectory file or directory at {p}") from None
             raise
-        records += report.records
-        problems += report.problems
-    return records, problems
+    return report
 
 
 _OPS = {"=": operator.eq, "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
@@ -190,6 +199,51 @@ def _prompt_key(record: TrajectoryRecord) -> str:
     return json.dumps(prompt_messages(record), sort_keys=True)
 
 
+# -- verl's data_source names -----------------------------------------------------------------------
+
+# verl's default reward routing (verl.utils.reward_score.default_compute_score) picks a scorer by data_source:
+# "openai/gsm8k" -> gsm8k; "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", (recent verl)
+# "HuggingFaceH4/MATH-500" -> math; others raise. Eval runs (EVAL_DATA_SOURCE) get their suite's dataset name;
+# those verl has no scorer for need examples/verl_reward.py (agentrt's verifiers, by extra_info.verifier).
+EVAL_DATA_SOURCE = "agentrt-eval"
+VERL_DATA_SOURCES: dict[str, str] = {
+    "gsm8k": "openai/gsm8k", "math500": "HuggingFaceH4/MATH-500", "ifeval": "google/IFEval",
+    "simpleqa": "basicv8vc/SimpleQA", "humaneval": "openai/openai_humaneval", "hotpotqa": "hotpotqa/hotpot_qa",
+    "hotpotqa-multiturn": "hotpotqa/hotpot_qa",
+}
+VERL_BY_VERIFIER: dict[str, str] = {"numeric": "openai/gsm8k", "math": "DigitalLearningGmbH/MATH-lighteval"}
+
+
+def eval_suite(record: TrajectoryRecord) -> str | None:
+    """The eval suite a run came from: the suite field of its ``task_key`` metadata (router|suite|item|sample),
+    else its ``prompt_id``'s prefix (gsm8k-0, math500-test/..., ifeval-1000, simpleqa-3, HumanEval/0)."""
+    key = record.metadata.get("task_key")
+    if isinstance(key, str) and key.count("|") >= 3:
+        return key.split("|")[1]
+    pid = (record.task.prompt_id if record.task else None) or ""
+    if pid.startswith("HumanEval/"):
+        return "humaneval"
+    prefix = pid.split("-", 1)[0]
+    return prefix if "-" in pid and prefix in VERL_DATA_SOURCES else None
+
+
+def verl_data_source(record: TrajectoryRecord) -> str:
+    """The record's data_source, but for eval runs their suite's name in verl's naming (``VERL_DATA_SOURCES``),
+    else (a custom suite) verl's name for its verifier's kind (``VERL_BY_VERIFIER``), else ``agentrt/<suite>``."""
+    task = record.task
+    if task is None:
+        return "agentrt"
+    if task.data_source != EVAL_DATA_SOURCE:
+        return task.data_source
+    suite = eval_suite(record)
+    if suite in VERL_DATA_SOURCES:
+        return VERL_DATA_SOURCES[suite]
+    verifier = task.verifier or ("math" if task.ability == "math" else None)
+    if verifier in VERL_BY_VERIFIER:
+        return VERL_BY_VERIFIER[verifier]
+    return f"agentrt/{suite}" if suite else EVAL_DATA_SOURCE
+
+
 # -- row builders -------------------------------------------------------------------------------------
 
 def rows_verl(records: list[TrajectoryRecord], report: ExportReport, **_: Any) -> list[dict]:
@@ -206,10 +260,10 @@ def rows_verl(records: list[TrajectoryRecord], report: ExportReport, **_: Any) -
         seen.add(key)
         task = r.task
         rows.append({
-            "data_source": task.data_source, "prompt": prompt_messages(r), "ability": task.ability,
+            "data_source": verl_data_source(r), "prompt": prompt_messages(r), "ability": task.ability,
             "reward_model": {"style": "rule", "ground_truth": _gt_text(gt)},
             "extra_info": {"index": len(rows), "run_id": r.run_id, "split": task.split or "train",
-                           "question": r.question, "verifier": task.verifier or ""},
+                           "question": r.question, "verifier": task.verifier or "", "suite": eval_suite(r) or ""},
         })
     return rows
 
@@ -223,13 +277,15 @@ def rows_verl_tokens(records: list[TrajectoryRecord], report: ExportReport, **_:
             continue
         if breaks:
             report.split += 1
-            report.problems += [f"run {r.run_id}: {b}" for b in breaks]
+            report.breaks += [f"run {r.run_id}: {b}" for b in breaks]
         reward = reward_of(r)
         for i, seg in enumerate(segments):
             rows.append({"run_id": r.run_id, "segment": i, "prompt_ids": seg.prompt_ids, "response_ids": seg.response_ids,
                          "response_mask": seg.response_mask, "response_logprobs": seg.response_logprobs,
-                         "reward": reward, "n_calls": len(seg.calls),
-                         "data_source": r.task.data_source if r.task else "agentrt"})
+                         "reward": reward, "n_calls": len(seg.calls), "data_source": verl_data_source(r)})
+    if report.split:  # one warning for them all (every reason run breaks where its thought is re-rendered)
+        report.problems.append(f"{report.split} of {len(records)} runs split into token segments where a prompt "
+                               f"re-renders earlier text; first: {report.breaks[0]} (all: ExportReport.breaks)")
     return rows
 
 
@@ -238,9 +294,23 @@ def rows_trl_prompts(records: list[TrajectoryRecord], report: ExportReport, **_:
              "verifier": row["extra_info"]["verifier"]} for row in rows_verl(records, report)]
 
 
-def rows_trl_sft(records: list[TrajectoryRecord], report: ExportReport, *, parquet: bool = False, **_: Any) -> list[dict]:
-    rows = []
+def rows_trl_sft(records: list[TrajectoryRecord], report: ExportReport, *, parquet: bool = False,
+                 sft_statuses: Iterable[str] = ("ok",), min_reward: float | None = None, **_: Any) -> list[dict]:
+    """Runs worth imitating: status in ``sft_statuses`` (default ``ok``: no truncated, failed or cancelled
+    runs), a non-empty answer, and, with ``min_reward``, a reward at least that (runs without one are left out)."""
+    rows, statuses = [], set(sft_statuses)
     for r in records:
+        if r.status not in statuses:
+            report.skip(f"status {r.status}")
+            continue
+        if not r.answer.strip():
+            report.skip("empty answer")
+            continue
+        if min_reward is not None:
+            reward = reward_of(r)
+            if reward is None or reward < min_reward:
+                report.skip("no reward" if reward is None else f"reward below {min_reward:g}")
+                continue
         tools = [json.dumps(t) for t in r.tools] if parquet else r.tools
         rows.append({"messages": sft_messages(r), "tools": tools, "run_id": r.run_id})
     return rows
@@ -319,8 +389,12 @@ FORMATS: dict[str, Callable[..., list[dict]]] = {
 }
 
 
-def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_group: int = 2) -> ExportReport:
-    """Write ``records`` as ``fmt`` to ``out`` (``.parquet`` or ``.jsonl``); returns what happened."""
+def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_group: int = 2,
+           sft_statuses: Iterable[str] = ("ok",), min_reward: float | None = None) -> ExportReport:
+    """Write ``records`` as ``fmt`` to ``out`` (``.parquet`` or ``.jsonl``); returns what happened.
+
+    ``min_group``: grpo's smallest group. ``sft_statuses`` / ``min_reward``: which runs trl-sft keeps.
+    """
     if fmt not in FORMATS:
         raise InputError(f"unknown export format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     out = Path(out)
@@ -338,7 +412,8 @@ def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_gr
         except TrajectoryError as e:  # one malformed run must not sink the export: leave it out, say why
             report.skip("malformed model_call step")
             report.problems.append(str(e))
-    rows = FORMATS[fmt](valid, report, parquet=parquet, min_group=min_group)
+    rows = FORMATS[fmt](valid, report, parquet=parquet, min_group=min_group, sft_statuses=sft_statuses,
+                        min_reward=min_reward)
     if not rows:
         raise InputError(f"no {fmt} rows from {len(records)} runs (skipped: {report.skipped_text()}); "
                          "check --filter and that the runs carry what the format needs (task, token ids)")
@@ -365,5 +440,6 @@ def write_rows(rows: list[dict], path: Path) -> None:
     tmp.replace(path)
 
 
-__all__ = ["FORMATS", "ExportReport", "export", "load_runs", "apply_filters", "parse_filter", "reward_of",
+__all__ = ["FORMATS", "ExportReport", "export", "verl_data_source", "eval_suite", "VERL_DATA_SOURCES",
+           "load_runs", "read_runs", "apply_filters", "parse_filter", "reward_of",
            "prompt_messages", "sft_messages", "write_rows", "check_continuity", "token_segments", "final_conversation"]

@@ -15,7 +15,9 @@ Why it is safe:
 * A writer killed mid-write leaves a torn last line. The next writer (holding the lock) sees that the
   file does not end with a newline, terminates the torn line and writes a repair marker line after it.
   Readers report such a line in ``ReadReport.torn`` and skip it; a bad line WITHOUT the marker is real
-  corruption and raises ``TrajectoryError`` with its place. A torn last line is ``ReadReport.torn_tail``.
+  corruption: by default it is skipped and quarantined (``ReadReport.quarantined``: file, line, reason),
+  so one damaged line never blocks the records around it; ``strict=True`` raises ``TrajectoryError``
+  with its place instead. A torn last line is ``ReadReport.torn_tail``. Reading never writes.
 * The lock is released by the kernel when a killed writer's process dies, so nothing waits forever.
 """
 
@@ -151,6 +153,22 @@ def trajectory_files(path: str | Path, filename: str | None = None) -> list[Path
     return files
 
 
+@dataclass(frozen=True)
+class Quarantined:
+    """A corrupt line that a reader skipped: where it is and what is wrong with it."""
+
+    file: str
+    line: int
+    reason: str
+
+    @property
+    def place(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def __str__(self) -> str:
+        return f"{self.place}: corrupt trajectory record ({self.reason}); skipped"
+
+
 @dataclass
 class ReadReport:
     """What reading trajectory files found: the complete records, and every problem, described."""
@@ -159,29 +177,60 @@ class ReadReport:
     torn_tail: str | None = None  # an incomplete last line (a writer was killed, or is writing now)
     torn: list[str] = field(default_factory=list)  # torn lines that a later writer terminated (skipped)
     files: list[str] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)  # corrupt lines skipped (not strict)
 
     @property
     def problems(self) -> list[str]:
         return self.torn + ([self.torn_tail] if self.torn_tail else [])
 
+    def quarantine_summary(self) -> str | None:
+        """One line for a command's output ("skipped N corrupt lines (first: FILE:LINE)"), or None."""
+        if not self.quarantined:
+            return None
+        n = len(self.quarantined)
+        return f"skipped {n} corrupt line{'s' if n != 1 else ''} (first: {self.quarantined[0].place})"
 
-def read_trajectories(path: str | Path) -> ReadReport:
+    def absorb(self, other: ReadReport) -> ReadReport:
+        """Add ``other`` (another path's report) to this one; returns self."""
+        self.records += other.records
+        self.files += other.files
+        self.torn += other.torn
+        self.quarantined += other.quarantined
+        if other.torn_tail:
+            if self.torn_tail is None:
+                self.torn_tail = other.torn_tail
+            else:
+                self.torn.append(other.torn_tail)
+        return self
+
+
+def read_trajectories(path: str | Path, *, strict: bool = False) -> ReadReport:
     """Read every complete record of a file, or of a directory (rotated files first).
 
-    Torn records are reported (``torn_tail``, ``torn``), never parsed; a bad line that no writer
-    marked as torn is corruption and raises ``TrajectoryError`` with its file and line number.
+    Torn records are reported (``torn_tail``, ``torn``), never parsed. A bad line that no writer marked
+    as torn is corruption: it is skipped and listed in ``quarantined`` (file, line, reason), or, with
+    ``strict=True``, raises ``TrajectoryError`` with its file and line number. A record of a schema
+    version this agentrt does not know always raises (upgrade agentrt; it is not corruption).
     """
     report = ReadReport()
     for file in trajectory_files(path):
         report.files.append(str(file))
-        _read_file(file, report)
+        _read_file(file, report, strict)
     return report
 
 
-def _read_file(path: Path, report: ReadReport) -> None:
+def _read_file(path: Path, report: ReadReport, strict: bool) -> None:
     lines = path.read_bytes().split(b"\n")
     last = lines.pop()  # b"" when the file ends with a newline
     pending_bad: tuple[int, str] | None = None
+
+    def corrupt(number: int, reason: str) -> None:
+        if strict:
+            raise TrajectoryError(f"{path}:{number}: corrupt trajectory record ({reason}); "
+                                  "restore the file from a backup or remove that line (or read without --strict "
+                                  "to skip it)")
+        report.quarantined.append(Quarantined(str(path), number, reason))
+
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -191,15 +240,14 @@ def _read_file(path: Path, report: ReadReport) -> None:
                 pending_bad = None
             continue
         if pending_bad is not None:
-            raise TrajectoryError(f"{path}:{pending_bad[0]}: corrupt trajectory record ({pending_bad[1]}); "
-                                  "restore the file from a backup or remove that line")
+            corrupt(*pending_bad)
+            pending_bad = None
         try:
             report.records.append(parse_record(raw, path, number))
         except _Corrupt as e:
             pending_bad = (number, str(e))
     if pending_bad is not None:
-        raise TrajectoryError(f"{path}:{pending_bad[0]}: corrupt trajectory record ({pending_bad[1]}); "
-                              "restore the file from a backup or remove that line")
+        corrupt(*pending_bad)
     if last:
         report.torn_tail = (f"{path}: line {len(lines) + 1} is incomplete ({len(last)} bytes, no newline): "
                             "a writer was killed mid-record (or is still writing)")
@@ -216,8 +264,12 @@ def parse_record(raw: bytes | str, path: Path | str = "<bytes>", number: int = 0
         obj = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise _Corrupt(type(e).__name__) from None
+    except (RecursionError, ValueError) as e:  # absurd nesting, a 5000-digit number
+        raise _Corrupt(type(e).__name__) from None
     if not isinstance(obj, dict):
         raise _Corrupt("not a JSON object")
+    if "schema_version" not in obj:
+        raise _Corrupt("no schema_version: not a trajectory record")
     version = str(obj.get("schema_version"))
     if version not in SUPPORTED_VERSIONS:
         raise TrajectoryError(
@@ -231,9 +283,10 @@ def parse_record(raw: bytes | str, path: Path | str = "<bytes>", number: int = 0
         raise _Corrupt(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
 
 
-def iter_records(path: str | Path) -> Iterator[TrajectoryRecord]:
-    """Every complete record (torn ones skipped; use ``read_trajectories`` to see the report)."""
-    yield from read_trajectories(path).records
+def iter_records(path: str | Path, *, strict: bool = False) -> Iterator[TrajectoryRecord]:
+    """Every complete record (torn and corrupt lines skipped unless ``strict``; ``read_trajectories``
+    gives the report of what was skipped)."""
+    yield from read_trajectories(path, strict=strict).records
 
 
 def _load_index(directory: Path, filename: str) -> dict[str, tuple[str, int, int]]:

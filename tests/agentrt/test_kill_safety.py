@@ -61,4 +61,6 @@ def test_torn_tail_is_reported_and_corruption_raises(tmp_path):
     lines[0] = lines[0][: len(lines[0]) // 2]  # a damaged record in the middle of the file
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(TrajectoryError, match=":1: corrupt"):
-        read_trajectories(path)
+        read_trajectories(path, strict=True)
+    report = read_trajectories(path)  # by default the damaged line is skipped and reported, not fatal
+    assert [q.line for q in report.quarantined] == [1]

@@ -110,14 +110,17 @@ def test_torn_tail_is_reported_then_repaired_by_the_next_writer(tmp_path: Path):
     assert find_record(w.path, "a").run_id == "a" and find_record(w.path, "b") is None  # by scan; torn b is not read
 
 
-def test_corruption_in_the_middle_raises_with_its_place(tmp_path: Path):
+def test_corruption_in_the_middle_is_quarantined_or_raises_when_strict(tmp_path: Path):
     w = TrajectoryWriter(tmp_path)
     w.append(make_record("a"))
     with open(w.path, "ab") as f:
         f.write(b'{"schema_version": "1", "garbage\n')
     w.append(make_record("b"))
+    report = read_trajectories(tmp_path)  # by default: skipped, with its place (test_trajectory_quarantine.py)
+    assert [r.run_id for r in report.records] == ["a", "b"]
+    assert [q.place for q in report.quarantined] == [f"{w.path}:2"] and not report.torn
     with pytest.raises(TrajectoryError, match=r"trajectories.jsonl:2: corrupt trajectory record"):
-        read_trajectories(tmp_path)
+        read_trajectories(tmp_path, strict=True)
 
 
 def test_unknown_schema_version_is_refused(tmp_path: Path):

@@ -17,18 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_chat(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agentrt.app.agent import Agent
-    from agentrt.core.config import load_settings
-    from agentrt.core.errors import InputError
+    from agentrt.app.commands.run import _agent
     from agentrt.app.repl import Repl
-    from agentrt.routes import check_route
 
-    if args.budget is not None and args.budget <= 0:
-        raise InputError(f"--budget must be a positive number of tokens, got {args.budget}")
-    if args.route is not None:
-        check_route(args.route)
+    agent = _agent(args, budget=args.budget, route=args.route)  # every argument checked before the model loads
     console = Console(highlight=False)
-    agent = Agent(load_settings(args.config, policy=args.policy))
     with console.status(f"loading {agent.settings.policy} ..."):
         agent.policy  # noqa: B018 - load before the first prompt
     try:

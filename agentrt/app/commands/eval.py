@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="first K items of each suite")
     p.add_argument("--samples", type=int, default=1, help="runs per item and router, for pass@k (default 1)")
     p.add_argument("--workers", type=int, default=4, help="concurrent runs sharing the model (default 4)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="base seed: each sample's seed derives from it (default 0)")
     p.add_argument("--temperature", type=float, help="sampling temperature of the runs (default: 0 = greedy with "
                    "--samples 1, 0.7 with more samples, so samples differ)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentrt.app.agent import Agent
+    from agentrt.app.commands.run import preflight
     from agentrt.core.config import load_settings
     # The eval harness sits above the runtime: imported here, lazily, and only by this command.
     from evals.runner import EvalConfig, evaluate, resolve_temperature, validate
@@ -42,8 +43,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = EvalConfig(suites=args.suite, routers=args.router or ["fixed:direct", "fixed:reason", "rules"],
                         budget=args.budget, limit=args.limit, samples=args.samples, workers=args.workers,
                         seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples), out=args.out)
-    validate(config)  # bad input fails before the model loads
-    agent = Agent(load_settings(args.config, policy=args.policy))
+    routers, _ = validate(config)  # bad input fails before the model loads
+    settings = load_settings(args.config, policy=args.policy)
+    preflight(settings, budget=args.budget, routers=[r.spec for r in routers if getattr(r, "spec", None)])
+    agent = Agent(settings)
     config.policy = agent.settings.policy
     from agentrt.batch.executors import executor_from_args
 

@@ -21,34 +21,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-group", type=int, default=2, help="grpo: smallest group of rollouts kept (default 2)")
     p.add_argument("--check-continuity", action="store_true",
                    help="also re-tokenize each run with the embedded model's tokenizer and report token mismatches")
+    p.add_argument("--strict", action="store_true",
+                   help="fail on a corrupt trajectory line (default: skip it and say how many were skipped)")
+    p.add_argument("--sft-status", action="append", metavar="STATUS",
+                   help="trl-sft: run statuses to keep (repeatable; default ok: no cancelled, failed or empty runs)")
+    p.add_argument("--min-reward", type=float, help="trl-sft: keep only runs whose reward is at least this")
     p.set_defaults(func=cmd_export)
 
     t = sub.add_parser("train-policy", help="train the policy from exported data (GRPO with TRL, CPU)")
     t.add_argument("--grpo", action="store_true", required=True, help="use GRPO (the only method for now)")
     t.add_argument("--data", help="a trl-prompts export (.parquet/.jsonl); default: a built-in toy task (capitals, F1 reward)")
     t.add_argument("--out", default=None, help="output folder for the trainer (default: $AGENTRT_HOME/grpo)")
-    t.add_argument("--steps", type=int, default=2)
-    t.add_argument("--num-generations", type=int, default=4)
-    t.add_argument("--batch-size", type=int, default=4)
-    t.add_argument("--max-completion-length", type=int, default=16)
-    t.add_argument("--learning-rate", type=float, default=1e-4)
+    t.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
+    t.add_argument("--num-generations", type=int, default=4, help="completions sampled per prompt: the GRPO group (default 4)")
+    t.add_argument("--batch-size", type=int, default=4, help="completions per device batch (default 4)")
+    t.add_argument("--max-completion-length", type=int, default=16, help="new tokens per completion (default 16)")
+    t.add_argument("--learning-rate", type=float, default=1e-4, help="learning rate (default 1e-4)")
     t.add_argument("--model-dir", help="a Hugging Face model folder (default: the embedded SmolLM2-135M)")
     t.add_argument("--json", action="store_true", help="print the report as JSON")
     t.set_defaults(func=cmd_train_policy)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from agentrt.trajectory.export import apply_filters, export, load_runs
+    from agentrt.trajectory.export import apply_filters, export, read_runs
 
-    records, problems = load_runs(args.trajectories)
-    records = apply_filters(records, args.filter)
+    read = read_runs(args.trajectories, strict=args.strict)
+    records, problems = apply_filters(read.records, args.filter), read.problems
     if args.min_group < 1:
         from agentrt.core.errors import InputError
 
         raise InputError("--min-group must be >= 1")
-    report = export(records, args.format, args.out, min_group=args.min_group)
+    report = export(records, args.format, args.out, min_group=args.min_group,
+                    sft_statuses=args.sft_status or ("ok",), min_reward=args.min_reward)
     for line in problems + report.problems:
         print(f"agentrt: warning: {line}", file=sys.stderr)
+    if read.quarantined:
+        print(f"agentrt: warning: {read.quarantine_summary()}; pass --strict to fail on them", file=sys.stderr)
     if args.check_continuity:
         _report_continuity(records)
     print(report.summary())

@@ -24,10 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_index)
 
     s = sub.add_parser("search", help="hybrid (BM25 + vector) search of an indexed collection")
-    s.add_argument("query")
+    s.add_argument("query", help="what to search for")
     s.add_argument("--collection", help="collection name (default: the one last indexed)")
     s.add_argument("-k", type=int, default=10, help="number of hits (default 10)")
-    s.add_argument("--mode", choices=["hybrid", "vector", "bm25"], default="hybrid")
+    s.add_argument("--mode", choices=["hybrid", "vector", "bm25"], default="hybrid",
+                   help="hybrid: BM25 and vectors fused by reciprocal rank (default); vector or bm25 alone")
     s.add_argument("--store", help="store folder or http://HOST:PORT (default: setting memory_store, $AGENTRT_MEMORY, $AGENTRT_HOME/memory)")
     s.add_argument("--json", action="store_true", help="print hits as JSON lines")
     s.set_defaults(func=cmd_search)

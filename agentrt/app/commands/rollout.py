@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--router", default="rules", help="rules (the Agent chooses the route; propensities logged) "
                    "or fixed:ROUTE (default rules)")
     p.add_argument("--budget", type=int, default=1024, help="token budget per rollout (default 1024)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="base seed: each sample's seed derives from it (default 0)")
     p.add_argument("--temperature", type=float, help="sampling temperature of the runs (default: 0 = greedy with "
                    "--samples 1, 0.7 with more samples, so samples differ)")
     p.add_argument("--workers", type=int, default=4, help="concurrent runs sharing the model (local executor)")
@@ -42,6 +42,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     import sys
 
     from agentrt.app.agent import Agent
+    from agentrt.app.commands.run import preflight
     from agentrt.batch.executors import executor_from_args
     from agentrt.core.config import ensure_writable_dir, load_settings
     from agentrt.core.errors import InputError
@@ -57,8 +58,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             raise InputError(f"--{name} must be a positive integer, got {value}")
     router = make_router(args.router)  # bad input fails before anything loads
     suites = [load_suite(s) for s in dict.fromkeys(args.suite)]
-    executor = executor_from_args(args)
     settings = load_settings(args.config, policy=args.policy)
+    preflight(settings, budget=args.budget, routers=[router.spec] if getattr(router, "spec", None) else [])
+    executor = executor_from_args(args)
     config = EvalConfig(suites=args.suite, routers=[args.router], budget=args.budget, limit=args.limit,
                         samples=args.samples, workers=args.workers, seed=args.seed,
                         temperature=resolve_temperature(args.temperature, args.samples), policy=settings.policy,

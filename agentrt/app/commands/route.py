@@ -9,22 +9,25 @@ import json
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("route", help="show the router's decision table for a question (runs nothing)")
-    p.add_argument("question")
+    p.add_argument("question", help="the question to route")
     p.add_argument("--router", help="fixed:<action>, rules, self, learned:PATH, cascade (default: rules)")
-    p.add_argument("--budget", type=int, default=1024)
+    p.add_argument("--budget", type=int, default=1024, help="token budget the decision assumes (default 1024)")
     p.add_argument("--lambda", dest="lam", type=float, help="token price in the utility (default 0.3)")
     p.add_argument("--floor", action="append", default=[], metavar="ACTION=P",
                    help="minimum p_success for an action to be chosen (repeatable)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the decision as JSON")
     p.set_defaults(func=cmd_route)
 
     t = sub.add_parser("train-router", help="fit the learned router from trajectories with rewards")
     t.add_argument("--trajectories", nargs="+", required=True, help="trajectory JSONL files or folders")
     t.add_argument("--out", required=True, help="where to write the router file (JSON)")
-    t.add_argument("--lambda", dest="lam", type=float, default=0.3)
+    t.add_argument("--lambda", dest="lam", type=float, default=0.3,
+                   help="token price in the utility the router is trained for (default 0.3)")
     t.add_argument("--folds", type=int, default=5,
                    help="cross-fitting folds (by question) for choosing regularization and calibration, and the report")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="seed of the fold assignment (default 0)")
+    t.add_argument("--strict", action="store_true",
+                   help="fail on a corrupt trajectory line (default: skip it and say how many were skipped)")
     t.set_defaults(func=cmd_train)
 
 
@@ -99,20 +102,38 @@ def cmd_train(args: argparse.Namespace) -> int:
     # numpy's OpenBLAS starts a spinning thread per core; next to a busy model on a shared 2-core
     # machine that made these small solves ~100x slower. One thread is as fast at this size.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    import sys
+
     from agentrt.core.errors import InputError
+    from agentrt.trajectory import ReadReport, trajectory_files
     from agentrt.train.router import train_router
 
-    paths = []
+    paths: list[Path] = []
     for p in args.trajectories:
         path = Path(p)
         if not path.exists():
             raise InputError(f"no trajectory file or folder at {path}")
-        paths += sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        if path.is_dir() and trajectory_files(path):
+            paths.append(path)  # a store's folder: its record files in order, never its index
+        elif path.is_dir():
+            paths += sorted(f for f in path.glob("*.jsonl") if not f.name.endswith(".index.jsonl"))
+        else:
+            paths.append(path)
     if args.folds < 2:
         raise InputError("--folds must be at least 2")
-    model = train_router(paths, lam=args.lam, folds=args.folds, seed=args.seed)
+    read = ReadReport()
+    try:
+        model = train_router(paths, lam=args.lam, folds=args.folds, seed=args.seed, strict=args.strict,
+                             read_report=read)
+    finally:  # what was skipped is worth saying even when too little was left to train on
+        for line in read.problems:
+            print(f"agentrt: warning: {line}", file=sys.stderr)
+        if read.quarantined:
+            print(f"agentrt: warning: {read.quarantine_summary()}; pass --strict to fail on them", file=sys.stderr)
     model.save(args.out)
     m = model.metrics or {}
+    for line in m.get("warnings", []):  # the data cannot support the fit: said before the numbers
+        print(f"agentrt: warning: {line}", file=sys.stderr)
     print(f"router written to {args.out}")
     print(f"out-of-fold ({m['folds']} folds): ECE {m['ece']:.4f}  Brier {m['brier']:.4f}  "
           f"policy value IPS {m['policy_value_ips']:.4f} DR {m['policy_value_dr']:.4f} "

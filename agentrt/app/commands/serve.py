@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+API_KEY_ENV = "AGENTRT_API_KEY"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +16,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
     p.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes (default 1 MiB)")
     p.add_argument("--max-concurrency", type=int, default=64, help="runs served at once; more wait (default 64)")
+    p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}; "
+                                     "/healthz stays open)")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow binding a non-loopback address without an API key (anyone who reaches it can run the model)")
+    p.add_argument("--max-budget", type=int, metavar="N",
+                   help="largest token budget one request may ask for (a request without one gets min(default, N))")
+    p.add_argument("--request-timeout", type=float, metavar="S",
+                   help="cancel a run that takes longer than S seconds (answered 504, saved as cancelled)")
     p.set_defaults(func=cmd_serve)
+
+
+def door(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The API key (flag, else $AGENTRT_API_KEY) and a warning to print, or an InputError when the
+    address is reachable from other machines and nothing locks it."""
+    from agentrt.app._http import is_loopback
+    from agentrt.core.errors import InputError
+
+    key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+    if key is not None and (not key or not key.isascii() or not key.isprintable() or any(c.isspace() for c in key)):
+        raise InputError(f"the API key (--api-key or ${API_KEY_ENV}) must be non-empty printable ASCII without spaces")
+    if key or is_loopback(args.host):
+        return key, None
+    if not args.insecure:
+        raise InputError(f"refusing to serve on {args.host} without an API key: anyone who can reach it could run the "
+                         f"model; pass --api-key KEY (or set {API_KEY_ENV}), bind 127.0.0.1, or add --insecure")
+    return None, (f"agentrt serve: warning: serving on {args.host} without an API key (--insecure): anyone who can "
+                  "reach this address can run the model")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -26,9 +55,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InputError(f"--port must be in 0..65535, got {args.port}")
     if args.max_body < 1 or args.max_concurrency < 1:
         raise InputError("--max-body and --max-concurrency must be positive")
+    if args.max_budget is not None and args.max_budget < 1:
+        raise InputError(f"--max-budget must be a positive number of tokens, got {args.max_budget}")
+    if args.request_timeout is not None and not 0 < args.request_timeout < float("inf"):
+        raise InputError(f"--request-timeout must be a positive number of seconds, got {args.request_timeout}")
+    key, warning = door(args)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     agent = Agent(load_settings(args.config, policy=args.policy))
     print(f"agentrt serve: loading {agent.settings.policy} ...", file=sys.stderr, flush=True)
     agent.policy  # noqa: B018 - load now, so /healthz answers only when ready
-    print(f"agentrt serve: listening on http://{args.host}:{args.port} (OpenAI API at /v1)", file=sys.stderr, flush=True)
-    serve(agent, args.host, args.port, max_body=args.max_body, max_concurrency=args.max_concurrency)
+    lock = " (API key required)" if key else ""
+    print(f"agentrt serve: listening on http://{args.host}:{args.port} (OpenAI API at /v1){lock}", file=sys.stderr,
+          flush=True)
+    serve(agent, args.host, args.port, max_body=args.max_body, max_concurrency=args.max_concurrency, api_key=key,
+          max_budget=args.max_budget, request_timeout=args.request_timeout)
     return 0

@@ -26,15 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls.set_defaults(func=cmd_list)
 
     call = tsub.add_parser("call", help="run one tool with JSON arguments")
-    call.add_argument("name")
+    call.add_argument("name", help="the tool to run (see: agentrt tools list)")
     call.add_argument("arguments", help='JSON object, e.g. \'{"expression": "2+2"}\'')
     call.add_argument("--allow-python", action="store_true", help="enable the python sandbox tool")
     call.set_defaults(func=cmd_call)
 
     ask = tsub.add_parser("ask", help="answer a question with the policy model calling tools")
-    ask.add_argument("question")
+    ask.add_argument("question", help="the question the model answers with tools")
     ask.add_argument("--allow-python", action="store_true", help="let the model run sandboxed python")
-    ask.add_argument("--max-steps", type=int, default=3)
+    ask.add_argument("--max-steps", type=int, default=3, help="model calls in the tool loop at most (default 3)")
     ask.add_argument("--budget", type=int, default=4096, help="token budget of the tool loop")
     ask.add_argument("--policy", help="policy backend spec (default: hf:embedded)")
     ask.add_argument("--json", action="store_true", help="print the result and tool calls as JSON")
