@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -23,8 +20,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from agentrt.core.errors import InputError
+from _servers import running_server
 
-ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable.encode(), b"-m", b"agentrt.app.cli"]
 
 
@@ -82,44 +79,15 @@ def test_sdk_lone_surrogate_is_an_input_error(agentrt_home, kwargs, what):
 
 # -- the server ---------------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("hygiene-home")
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "AGENTRT_API_KEY"}
     env["AGENTRT_HOME"] = str(home)
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "agentrt.app.cli", "serve", "--port", str(port),
-                             "--policy", "scripted:a fine answer"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {(home / 'server.log').read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("server did not become healthy")
-        time.sleep(0.2)
-    with httpx.Client(base_url=base, timeout=60) as client:
+    argv = [sys.executable, "-m", "agentrt.app.cli", "serve", "--policy", "scripted:a fine answer"]
+    with running_server(argv, home, env, timeout_s=120) as base, httpx.Client(base_url=base, timeout=60) as client:
         yield client, home
-    os.kill(proc.pid, signal.SIGTERM)  # by PID, never by name
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log.close()
 
 
 def _post(client: httpx.Client, body: bytes) -> httpx.Response:

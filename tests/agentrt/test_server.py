@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
+from _servers import running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTRT = str(Path(sys.executable).parent / "agentrt")
@@ -21,41 +19,13 @@ AGENTRT = str(Path(sys.executable).parent / "agentrt")
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("serve-home")
-    port = _free_port()
     env = {**os.environ, "AGENTRT_HOME": str(home)}
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen([AGENTRT, "serve", "--port", str(port), "--max-body", "20000"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {(home / 'server.log').read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("server did not become healthy")
-        time.sleep(0.5)
-    yield base, home
-    os.kill(proc.pid, signal.SIGTERM)  # by PID, never by name
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log.close()
+    with running_server([AGENTRT, "serve", "--max-body", "20000"], home, env, poll_s=0.5) as base:
+        yield base, home
 
 
 def _records(home: Path) -> dict[str, dict]:

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from _servers import running_server
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-door-0123456789"
 MAX_BUDGET = 300
 
@@ -40,11 +37,6 @@ sys.exit(main())
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "AGENTRT_API_KEY"}
@@ -57,32 +49,10 @@ def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("door-home")
     launcher = home / "launch.py"
     launcher.write_text(LAUNCHER)
-    port = _free_port()
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, str(launcher), "serve", "--port", str(port), "--policy", "scripted:fine",
-                             "--api-key", KEY, "--max-budget", str(MAX_BUDGET), "--request-timeout", "1"],
-                            env=_env(home), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {(home / 'server.log').read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("server did not become healthy")
-        time.sleep(0.2)
-    yield base, home
-    os.kill(proc.pid, signal.SIGTERM)  # by PID, never by name
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log.close()
+    argv = [sys.executable, str(launcher), "serve", "--policy", "scripted:fine", "--api-key", KEY,
+            "--max-budget", str(MAX_BUDGET), "--request-timeout", "1"]
+    with running_server(argv, home, _env(home), timeout_s=120) as base:
+        yield base, home
 
 
 def _client(base: str, key: str = KEY):
