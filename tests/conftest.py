@@ -17,9 +17,7 @@ os.environ.setdefault("AGENTRT_MODELS_DIR", str(Path.home() / ".cache" / "agentr
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-# Real data the tests read ships inside the project (tests/data, evals/data); never ../shared.
-TEST_DATA = ROOT / "tests" / "data"
+# Real data the tests read ships inside the project: tests/data and evals/data (licences noted there).
 
 
 @pytest.fixture(autouse=True)
