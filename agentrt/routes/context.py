@@ -86,8 +86,9 @@ class RunContext:
         """Append a step to the trajectory: a typed step model, or a dict validated against its kind."""
         data = step.model_dump() if isinstance(step, BaseModel) else parse_step(step).model_dump()
         self.steps.append(data)
-        for event in step_events(data):
-            self.emit(event)
+        if self.on_event is not None:  # no observer: no events to build (this is on every step's path)
+            for event in step_events(data):
+                self.emit(event)
 
     def emit(self, event: Event) -> None:
         """Send ``event`` to ``on_event``; an observer's error never breaks the run."""
