@@ -140,11 +140,18 @@ class ToolCall(Event):
 
 @dataclass
 class TokenDelta(Event):
-    """Text a model call produced (coarse: the whole completion of one call)."""
+    """New text from a model call while it is generated: one token or a small group of tokens.
+
+    ``step`` names the model call (as in ``StepStarted``), ``route`` the route that made it, and
+    ``thought`` marks reasoning text (a thinking block, a plan, a searcher's work) as opposed to the
+    text of the answer the user sees.
+    """
 
     type: ClassVar[str] = "token"
     step: str
     text: str
+    route: str = ""
+    thought: bool = False
 
 
 @dataclass
