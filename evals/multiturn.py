@@ -21,12 +21,9 @@ not B, after a non-empty outer part that names neither.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import threading
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +123,6 @@ def build(source: Path, n: int = 60) -> tuple[list[dict[str, Any]], list[dict[st
 # The plan check's budget is at least this: the plan route holds ~900 tokens back for synthesis, and
 # its two dependent searchers need ~1000 each (at 1024 they run dry before finding anything).
 PLAN_BUDGET = 3072
-_INDEXED: set[tuple[str, str]] = set()
-_INDEX_LOCK = threading.Lock()
 
 
 async def run_conversation(agent: Any, task: Any, config: Any) -> dict[str, Any]:
@@ -177,10 +172,7 @@ async def _plan_check(agent: Any, task: Any, config: Any) -> dict[str, Any]:
                  verifier=item.verifier)
     budget = max(config.budget, PLAN_BUDGET)
     t0 = time.perf_counter()
-    try:
-        if item.corpus:
-            await use_corpus(agent, item.corpus)
-            t0 = time.perf_counter()  # indexing (once per store) is not the plan's latency
+    try:  # the corpus was indexed and chosen before any task ran (prepare_corpus, from run_tasks)
         result = await agent.arun(item.question, budget=budget, route="plan", temperature=config.temperature,
                                   seed=sample_seed(config.seed, task.suite, whole.id, task.sample),
                                   task=run_task(whole),
@@ -195,48 +187,31 @@ async def _plan_check(agent: Any, task: Any, config: Any) -> dict[str, Any]:
             "dependent_steps": sum(1 for s in plan_steps if s.get("depends_on"))}
 
 
-def corpus_name(path: str | Path) -> str:
-    """The memory collection a suite corpus is indexed into: named by its file and content."""
-    path = Path(path)
-    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", path.stem)[:40].strip("-_") or "corpus"
-    return f"eval-{stem}-{zlib.crc32(path.read_bytes()):08x}"
-
-
-async def use_corpus(agent: Any, path: str | Path) -> str:
-    """Index ``path`` (once per store) and point the agent's plan route at it (``settings.corpus``).
-
-    A corpus the config names (not "default") wins: nothing is indexed, e.g. ``corpus = "hotpotqa"``
-    (``agentrt index --hotpotqa``) searches all 73,700 pooled paragraphs instead. The setting is the
-    Agent's, so one eval searches one suite corpus: items naming another raise.
-    """
-    current = getattr(agent.settings, "corpus", "default")
-    if current != "default" and not current.startswith("eval-"):
-        return current
-    name = await asyncio.to_thread(_index_once, agent.settings, Path(path))
-    if current != name and current.startswith("eval-"):
+def suite_corpus(items: list[Item]) -> str | None:
+    """The passages file the items name (``corpus``), or None; items naming different files are an
+    InputError (one eval searches one corpus: the Agent's ``settings.corpus``)."""
+    files = sorted({str(Path(item.corpus).resolve()) for item in items if item.corpus})
+    if len(files) > 1:
         from agentrt.core.errors import InputError
 
-        raise InputError(f"this eval already searches corpus {current!r}; run suites with different corpora "
-                         "in separate evals")
-    agent.settings.corpus = name
-    return name
+        raise InputError(f"the suites name {len(files)} different corpus files ({', '.join(files[:3])}); an eval "
+                         "searches one corpus: run suites with different corpora in separate evals")
+    return files[0] if files else None
 
 
-def _index_once(settings: Any, path: Path) -> str:
-    from memory.corpus import open_corpus, resolve_location
-    from memory.ingest import file_chunks, ingest
+def prepare_corpus(settings: Any, items: list[Item]) -> str:
+    """Point the plan route (``settings.corpus``) at the items' corpus file, indexed once (a collection
+    named after the file and its content hash: ``agentrt.app.corpus``), for single-turn items and the
+    multi-turn plan checks alike. A corpus named in the settings (not "default": ``--corpus``, the config)
+    wins and nothing is indexed, e.g. ``corpus = "hotpotqa"`` (``agentrt index --hotpotqa``) searches all
+    73,700 pooled paragraphs instead. Returns the collection searched."""
+    path = suite_corpus(items)
+    if path is None or settings.corpus != "default":
+        return settings.corpus
+    from agentrt.app.corpus import index_path
 
-    name = corpus_name(path)
-    key = (str(resolve_location(settings)), name)
-    with _INDEX_LOCK:  # concurrent plan checks wait for one indexing
-        if key not in _INDEXED:
-            chunks = list(file_chunks(path))
-            corpus = open_corpus(key[0], name, create=True)
-            if corpus.count() < len(chunks):  # a killed earlier index continues where it stopped
-                ingest(corpus.store, chunks)
-                corpus.invalidate()
-            _INDEXED.add(key)
-    return name
+    settings.corpus = index_path(settings, path)[0]
+    return settings.corpus
 
 
 def _source() -> Path:

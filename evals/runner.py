@@ -27,13 +27,14 @@ from typing import Any
 
 from agentrt.batch import CONFIG, RESULTS, TASK_KEY, BatchTask, ProgressBar, ResultsFile, read_results, run_batch
 from agentrt.core.errors import ConfigError, InputError
-from evals.multiturn import run_conversation
+from evals.multiturn import prepare_corpus, run_conversation, suite_corpus
 from evals.outcomes import failed_fields, run_fields, run_task, sample_seed, task_base
-from evals.routers import EvalRouter
+from evals.routers import AgentRouter, EvalRouter, FixedRouter
 from evals.suites import Item, Suite
 
 __all__ = ["EvalConfig", "Task", "EvalJob", "plan_tasks", "validate", "evaluate", "run_tasks", "run_one",
-           "resolve_temperature", "sample_seed", "read_results", "RESULTS", "CONFIG", "PINNED"]
+           "resolve_temperature", "sample_seed", "read_results", "runtime_specs", "suite_corpus", "RESULTS", "CONFIG",
+           "PINNED"]
 
 # Settings a resumed eval must share with the run it continues (limit, workers, routers may change).
 PINNED = ("budget", "seed", "policy", "temperature")
@@ -161,12 +162,22 @@ async def run_tasks(agent: Any, tasks: list[Task], config: EvalConfig, *, execut
 
     ``executor``: where the runs happen (``agentrt.batch.executors``; default: ``config.workers``
     asyncio workers on ``agent``). Trajectories go to ``agent.writer`` (on Ray: the driver writes them).
+    The items' corpus file (if any) is indexed once and searched by the plan route (``prepare_corpus``).
     """
+    await asyncio.to_thread(prepare_corpus, agent.settings, [t.item for t in tasks])
     results = ResultsFile(config.out, config=asdict(config), pinned=PINNED)
     job = EvalJob(config, agent.settings.model_dump(mode="json"))
     bar = ProgressBar(label, "acc", lambda r: float(r["correct"])) if progress else None
     return await run_batch(job, [BatchTask(t.key, t) for t in tasks], results, executor=executor, runtime=agent,
                            trajectories=agent.writer, workers=config.workers, on_result=on_result, progress=bar)
+
+
+def runtime_specs(routers: list[EvalRouter]) -> list[str]:
+    """The runtime router specs the CLI's preflight checks before a model loads: each Agent router's, and
+    ``fixed:ROUTE`` for the fixed ones (``fixed:plan`` makes the corpus required); the harness's own
+    routers were checked by ``make_router``."""
+    return [r.spec if isinstance(r, AgentRouter) else f"fixed:{r.route}" for r in routers
+            if isinstance(r, (AgentRouter, FixedRouter))]
 
 
 def validate(config: EvalConfig) -> tuple[list[EvalRouter], list[Suite]]:

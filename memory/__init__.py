@@ -23,6 +23,7 @@ __all__ = [
     "memory_op",
     "open_store",
     "open_corpus",
+    "index_corpus",
     "EpisodicMemory",
     "SemanticMemory",
     "compress_messages",
@@ -32,6 +33,7 @@ __all__ = [
 _LAZY = {
     "open_store": "memory.chroma",
     "open_corpus": "memory.corpus",
+    "index_corpus": "memory.indexer",
     "Corpus": "memory.corpus",
     "EpisodicMemory": "memory.episodic",
     "SemanticMemory": "memory.semantic",

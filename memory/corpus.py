@@ -4,6 +4,8 @@ are the vectors'; RRF needs no score calibration between the two.
 
 The BM25 index is a cache: it lives beside the store (``<store>.bm25/<collection>/``, or under
 ``$AGENTRT_HOME/bm25/`` for a server) and is rebuilt from the collection when its item count differs.
+While ``memory.indexer.index_corpus`` fills in vectors, BM25 already knows every new chunk: hybrid search
+fuses BM25 with the vectors written so far, and the result says so (``Hits.vector_fill`` < 1, a log line).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -23,6 +26,15 @@ from memory.protocol import Hit
 
 Mode = Literal["hybrid", "vector", "bm25"]
 RRF_K = 60  # the constant from Cormack et al. (2009); robust across corpora
+log = logging.getLogger("memory.corpus")
+
+
+class Hits(list):  # type: ignore[type-arg]
+    """A search result: a list of Hits, best first, plus ``vector_fill`` (the share of the collection
+    that has vectors: < 1.0 while `agentrt index` is still embedding) and ``note`` (why, when < 1)."""
+
+    vector_fill: float = 1.0
+    note: str | None = None
 
 
 def default_location() -> str:
@@ -136,9 +148,16 @@ class Corpus:
         self.location = location
         self._bm25: BM25Index | None = None
         self._lock = threading.Lock()
+        self._fill_cache: tuple[Any, dict[str, Any]] | None = None
+        self._noted: str | None = None
 
     def __repr__(self) -> str:
         return f"Corpus({self.name!r} at {self.location!r})"
+
+    @property
+    def bm25_path(self) -> Path | None:
+        """Where the BM25 cache lives (None for an ephemeral store)."""
+        return bm25_dir(self.location, self.name)
 
     def count(self) -> int:
         return self.store.count()
@@ -149,9 +168,13 @@ class Corpus:
         return hits[0] if hits else None
 
     def bm25(self) -> BM25Index:
-        """The BM25 index, loaded from its cache or rebuilt when stale (item count changed)."""
+        """The BM25 index, loaded from its cache or rebuilt when stale (item count changed; while
+        vectors fill in, the count the indexer announced)."""
+        from memory.fill import read_fill
+
         with self._lock:
-            n = self.store.count()
+            fill = read_fill(self)
+            n = fill["before"] + fill["total"] if fill else self.store.count()
             if self._bm25 is not None and len(self._bm25.ids) == n:
                 return self._bm25
             path = bm25_dir(self.location, self.name)
@@ -164,11 +187,44 @@ class Corpus:
                 idx = BM25Index.load(path)
                 if idx is None or len(idx.ids) != n:
                     idx = self._build()
-                    idx.save(path)
+                    if not fill:  # while filling, only the indexer saves (its index has the new chunks)
+                        idx.save(path)
             self._bm25 = idx
             return idx
 
+    def begin_fill(self, new: list[tuple[str, str]]) -> None:
+        """Build and save the BM25 index over the stored items plus ``new`` (id, text) pairs before
+        their vectors exist (called by memory.indexer before it writes its fill record)."""
+        ids, texts = self._stored_texts()
+        known = set(ids)
+        for i, t in new:
+            if i not in known:
+                ids.append(i)
+                texts.append(t)
+        idx = BM25Index.build(ids, texts)
+        path = bm25_dir(self.location, self.name)
+        with self._lock:
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path.parent / f".{self.name}.lock", "w") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    idx.save(path)
+            self._bm25 = idx
+
+    def vector_fill(self) -> float:
+        """Share of the collection with vectors: 1.0 unless an indexing run is still embedding."""
+        from memory.fill import read_fill
+
+        fill = read_fill(self)
+        if not fill:
+            return 1.0
+        done = self.store.count() - fill["before"]
+        return max(0.0, min(1.0, done / max(fill["total"], 1)))
+
     def _build(self) -> BM25Index:
+        return BM25Index.build(*self._stored_texts())
+
+    def _stored_texts(self) -> tuple[list[str], list[str]]:
         ids: list[str] = []
         texts: list[str] = []
         for page_ids, docs, metas in self.store.iter_all():
@@ -176,39 +232,69 @@ class Corpus:
                 title = (m or {}).get("title", "")
                 ids.append(i)
                 texts.append(f"{title}: {d}" if title else (d or ""))
-        return BM25Index.build(ids, texts)
+        return ids, texts
 
     def invalidate(self) -> None:
         """Forget the BM25 index (call after writing to the collection from this process)."""
         with self._lock:
             self._bm25 = None
 
-    def search(self, query: str, k: int = 10, mode: Mode = "hybrid", *, depth: int | None = None) -> list[Hit]:
+    def search(self, query: str, k: int = 10, mode: Mode = "hybrid", *, depth: int | None = None) -> Hits:
         """Top ``k`` chunks for ``query``. ``mode``: "hybrid" (BM25 + vectors, RRF), "vector" or "bm25".
-        ``depth`` is how many candidates each retriever contributes to the fusion (default max(50, 5k))."""
+        ``depth`` is how many candidates each retriever contributes to the fusion (default max(50, 5k)).
+        While vectors are still being filled in, hybrid fuses what is there and BM25 covers the rest:
+        the result's ``vector_fill`` and ``note`` say so."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("search query is empty; give some text to search for")
         if k < 1:
             raise InputError(f"k must be >= 1, got {k}")
         if mode not in ("hybrid", "vector", "bm25"):
             raise InputError(f"unknown search mode {mode!r}; use hybrid, vector or bm25")
+        fill = self.vector_fill() if mode != "bm25" else 1.0
         if mode == "vector":
-            return self.store.search(query, k)
-        depth = depth or max(50, 5 * k)
-        lexical = self.bm25().search(query, depth if mode == "hybrid" else k)
-        if mode == "bm25":
-            return self._hits([(i, s) for i, s in lexical][:k])
-        dense = self.store.search(query, depth)
-        fused = rrf([[i for i, _ in lexical], [h.id for h in dense]])[:k]
-        known = {h.id: h for h in dense}
-        return self._hits(fused, known)
+            out = Hits(self.store.search(query, k))
+        else:
+            depth = depth or max(50, 5 * k)
+            lexical = self.bm25().search(query, depth if mode == "hybrid" else k)
+            if mode == "bm25":
+                out = self._hits(lexical[:k])
+            else:
+                dense = self.store.search(query, depth)
+                fused = rrf([[i for i, _ in lexical], [h.id for h in dense]])[:k]
+                out = self._hits(fused, {h.id: h for h in dense})
+        if fill < 1.0:
+            rest = "hybrid uses BM25 for the rest" if mode == "hybrid" else "vector search sees only those"
+            out.vector_fill, out.note = fill, f"vectors {fill:.0%} filled: {rest}"
+            if out.note != self._noted:  # once per step, not once per search of a busy plan route
+                self._noted = out.note
+                log.warning("collection '%s': %s", self.name, out.note)
+        return out
 
-    def _hits(self, ranked: list[tuple[str, float]], known: dict[str, Hit] | None = None) -> list[Hit]:
+    def _pending(self) -> dict[str, Any]:
+        """Texts of chunks the running indexer has announced (BM25 knows them; Chroma may not yet)."""
+        from memory.fill import fill_file, read_pending
+
+        path = fill_file(self)
+        try:
+            stamp = path.stat().st_mtime_ns if path is not None else None
+        except OSError:
+            return {}
+        if stamp is None or self._fill_cache is None or self._fill_cache[0] != stamp:
+            self._fill_cache = (stamp, read_pending(self))
+        return self._fill_cache[1]
+
+    def _hits(self, ranked: list[tuple[str, float]], known: dict[str, Hit] | None = None) -> Hits:
         known = dict(known or {})
         missing = [i for i, _ in ranked if i not in known]
         for h in self.store.get(missing):
             known[h.id] = h
-        out = []
+        if any(i not in known for i in missing):
+            pending = self._pending()
+            for i in missing:
+                if i not in known and i in pending:
+                    title, text, meta = pending[i]
+                    known[i] = Hit(i, text, 1.0, dict(meta or {"title": title}))
+        out = Hits()
         for i, score in ranked:
             h = known.get(i)
             if h is not None:  # an id BM25 knows but the store lost (deleted since): skip it

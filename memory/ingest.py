@@ -200,6 +200,7 @@ class IndexReport:
     seconds: float = 0.0
     embed_seconds: float = 0.0
     store_seconds: float = 0.0
+    bm25_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
@@ -209,7 +210,7 @@ def ingest(
     store: Any,
     chunks: Iterable[Chunk],
     *,
-    batch_size: int = 256,
+    batch_size: int = 1024,
     progress: Callable[[int], None] | None = None,
     embed: Callable[[list[str]], Any] | None = None,
 ) -> IndexReport:

@@ -19,14 +19,9 @@ from agentrt.core.errors import BudgetExceeded
 from agentrt.core.types import Completion, GenParams, Message
 from planners.heuristic import HeuristicPlanner
 from planners.plan import Plan, PlanError, Step, check_quality, validate_plan
+from planners.prompts import planner_messages
 
 Complete = Callable[[list[Message], GenParams], Awaitable[Completion]]
-
-PLANNER_SYSTEM = (
-    "You split a question into independent search sub-questions, one per fact to look up. "
-    "Reply with JSON. Use depends_on only when a sub-question needs another's answer."
-)
-
 
 QUESTION_CHARS = 60
 
@@ -87,11 +82,8 @@ class LLMPlanner:
         self.last_fallback: str | None = None
 
     def messages(self, question: str, hits: list[Any] | None = None) -> list[Message]:
-        context = ""
-        if hits:
-            lines = [f"- {_get(h, 'title')}: {str(_get(h, 'text'))[:160]}" for h in hits[:3]]
-            context = "Background:\n" + "\n".join(lines) + "\n\n"
-        return [Message("system", PLANNER_SYSTEM), Message("user", f"{context}Question: {question}")]
+        """The planner's prompt; memory ``hits`` are quoted as untrusted background (planners.prompts)."""
+        return planner_messages(question, hits)
 
     async def plan(self, question: str, hits: list[Any] | None = None) -> Plan:
         """Ask the model; fall back to the rules when its plan is invalid or weak.
@@ -124,7 +116,3 @@ class LLMPlanner:
         if problems:
             return None, "; ".join(problems[:2])
         return plan, ""
-
-
-def _get(hit: Any, key: str) -> Any:
-    return hit.get(key, "") if isinstance(hit, dict) else getattr(hit, key, "")

@@ -1,22 +1,23 @@
-"""The child side of the python sandbox. Run as ``python -I -B _sandbox_child.py CONFIG_JSON``.
+"""The python sandbox's supervisor. Run as ``python -I -B -c SOURCE CONFIG_JSON`` (never imported).
 
-Stdlib only, run as a script (never imported by the parent). The code to run arrives on stdin; a
-one-line JSON status goes to the fd named in the config (the parent reads it after the run).
+Stdlib only. The code to run arrives on stdin; status lines (JSON) go to the fd named in the config,
+which only this supervisor holds: the user's code runs in a forked child that closes it (and every
+other inherited fd) first, so nothing the code does can write or forge its own status.
 
-Layers, strongest first, each applied when the kernel allows it:
+Launchers (``cfg["launcher"]``, see ``_sandbox_launch.py``):
 
-1. namespaces: ``unshare(NEWNET | NEWNS | NEWPID [| NEWUSER when not root])``. The new network
-   namespace has only a downed loopback: no connection can leave. The mount namespace gets a
-   read-only view of every mount (``mount_setattr(AT_RECURSIVE, RDONLY)``) and fresh size-capped
-   tmpfs on /tmp, /var/tmp, /dev/shm, /run/lock, so nothing the code writes survives it. The code
-   runs as pid 1 of a new pid namespace (with a parent-death signal), so killing it kills every
-   process it forked.
-2. when started as root: drop to uid/gid 65534 (nobody), because the kernel ignores RLIMIT_NPROC
-   for root.
-3. rlimits: RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_CORE=0, RLIMIT_NOFILE.
-4. fallback, whenever the private filesystem view could not be built (namespaces refused, not
-   Linux): a ``sys.addaudithook`` that refuses sockets, process creation, ctypes and writes outside
-   the work directory. Python-level only; reported in ``layers`` as "audit-hook".
+* ``bwrap``: bubblewrap built the sandbox and runs us as its pid 1 (``--as-pid-1``).
+* ``namespaces``: we build it: ``unshare(NEWNS|NEWPID|NEWNET|NEWIPC|NEWUTS|NEWCGROUP [|NEWUSER])``, fork
+  (the child is pid 1 of the new pid namespace), a tmpfs root with read-only binds, a fresh /proc, /dev
+  nodes, size-capped /tmp and /dev/shm, ``pivot_root`` into it, the old root detached, root read-only.
+* ``unsafe``: no isolation of the filesystem, processes or network namespace (the user opted in).
+
+Then the supervisor (pid 1 of the sandbox, so no process inside can signal it): no_new_privs, the
+seccomp filter built by the parent (inherited by everything it forks), non-dumpable (no
+/proc/1/mem for the code), reports ``ready``, forks the code's process and waits. That process: closes
+fds, rlimits (CPU, address space, processes, file size, no core, 64 fds), drops to uid nobody (when
+root) and every capability, runs the code. The supervisor reports the code's wait status, its CPU
+time (rusage) and the peak number of processes it ran: the parent classifies from those only.
 """
 
 import ctypes
@@ -24,98 +25,221 @@ import json
 import linecache
 import os
 import resource
+import select
 import signal
 import sys
 import traceback
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 0x1000, 0x4000, 1 << 18
-AT_RECURSIVE, MOUNT_ATTR_RDONLY, SYS_MOUNT_SETATTR = 0x8000, 1, 442
-PR_SET_PDEATHSIG = 1
-NOBODY = 65534
-WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x02000000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE, MNT_DETACH, SYS_PIVOT_ROOT = 0x1000, 0x4000, 1 << 18, 2, {"x86_64": 155, "aarch64": 41}
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 24, 38, 22
+SECCOMP_MODE_FILTER = 2
+MEMORY_EXIT = 86  # the code's process ran out of its address space (MemoryError); see tools/python.py
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
 
 
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
 
 
-def _write(path, text):
-    with open(path, "w") as f:
-        f.write(text)
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def isolate(cfg, libc, layers):
-    """Enter new namespaces and build the filesystem view, appending to ``layers``; returns
-    (layers, work_dir), work_dir None when the kernel refused."""
+def report(fd, status):
+    os.write(fd, (json.dumps(status) + "\n").encode())
+
+
+# -- our own namespaces ------------------------------------------------------------------------------
+
+def enter_namespaces(cfg, libc, status_fd):
+    """Unshare, fork; returns in the child, pid 1 of the new pid namespace. The first process waits for
+    it and exits (it stays outside the new pid namespace, holding nothing the sandbox needs)."""
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | (0 if uid == 0 else CLONE_NEWUSER)
-    if libc.unshare(flags) != 0:
-        return layers, None
-    if uid != 0:
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"0 {uid} 1")
-        _write("/proc/self/gid_map", f"0 {gid} 1")
-        layers.append("userns")
-    layers += ["netns", "pidns"]
-    libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None)
-    opts = f"size={cfg['disk_mb']}m,mode=1777".encode()
-    mounted = [d for d in WRITABLE_DIRS if os.path.isdir(d)
-               and libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) == 0]
-    if "/tmp" not in mounted:
-        return layers, None
-    layers.append("private-tmp")
-    if uid == 0:
-        expose_sys_path(libc)
-    # Everything read-only, recursively; then the fresh tmpfs mounts writable again.
-    if _setattr(libc, b"/", AT_RECURSIVE, MOUNT_ATTR_RDONLY, 0) == 0:
-        layers.append("readonly-root")
-        for d in mounted:
-            _setattr(libc, d.encode(), 0, 0, MOUNT_ATTR_RDONLY)
-    work = "/tmp/work"
-    os.mkdir(work, 0o700)
-    return layers, work
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
+    _check(libc.unshare(flags | (0 if uid == 0 else CLONE_NEWUSER)), "unshare")
+    if uid != 0:  # map ourselves to root of the new user namespace (capabilities there only)
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    pid = os.fork()
+    if pid:
+        os.close(status_fd)
+        for fd in (0, 1, 2):  # the sandbox's output pipe must close when the sandbox ends
+            os.close(fd)
+        _, wstatus = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(wstatus) & 0xFF)
+    _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    build_root(cfg, libc)
 
 
-def _setattr(libc, path, flags, attr_set, attr_clr):
-    attr = _MountAttr(attr_set, attr_clr, 0, 0)
-    return libc.syscall(SYS_MOUNT_SETATTR, -100, path, flags, ctypes.byref(attr), ctypes.sizeof(attr))
+def _mount(libc, src, dst, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    _check(libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), f"mount {dst}")
 
 
-def expose_sys_path(libc):
-    """The interpreter may live where ``nobody`` cannot read (e.g. under /root): bind every sys.path
-    directory under /tmp/.sys (made read-only with the rest) so imports keep working after the drop."""
-    os.mkdir("/tmp/.sys", 0o755)
-    moved = {}
-    for i, path in enumerate(sys.path):
-        if path and os.path.isdir(path):
-            target = f"/tmp/.sys/{i}"
-            os.mkdir(target, 0o755)
-            if libc.mount(path.encode(), target.encode(), None, MS_BIND | MS_REC, None) == 0:
-                moved[path.rstrip("/") + "/"] = target + "/"
-                sys.path[i] = target
-    sys.path_importer_cache.clear()
-    # Packages imported at startup (encodings, ...) find their submodules through __path__: move it too.
-    for module in list(sys.modules.values()):
-        search = getattr(module, "__path__", None)
-        if isinstance(search, list):
-            for j, entry in enumerate(search):
-                for old, new in moved.items():
-                    if (entry + "/").startswith(old):
-                        search[j] = new + entry[len(old):]
-                        break
+def _bind_ro(libc, src, dst, is_dir):
+    if is_dir:
+        os.makedirs(dst, 0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(dst), 0o755, exist_ok=True)
+        open(dst, "w").close()
+    _mount(libc, src, dst, None, MS_BIND | MS_REC)
+    # A bind ignores MS_RDONLY on creation; the remount makes it read-only.
+    _mount(libc, None, dst, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def drop_root(work, layers):
-    """The kernel exempts root from RLIMIT_NPROC: run the code as nobody."""
-    if os.getuid() != 0 or "userns" in layers or "private-tmp" not in layers:
-        return  # without our mount namespace, nobody could not import the stdlib: stay (audit hook)
-    os.chown(work, NOBODY, NOBODY)
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
-    layers.append("uid-nobody")
+def build_root(cfg, libc):
+    """The new root: tmpfs with read-only binds of ``cfg["view"]``, fresh /proc, /dev, /tmp; pivot."""
+    os.umask(0o022)
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
+    root, view, tmp_opts = cfg["root_dir"], cfg["view"], f"size={cfg['disk_mb']}m,mode=1777"
+    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=755")
+    for path, target in view["links"]:
+        os.symlink(target, root + path)
+    for path in view["dirs"]:
+        _bind_ro(libc, path, root + path, True)
+    for path in view["files"]:
+        _bind_ro(libc, path, root + path, False)
+    os.mkdir(root + "/proc", 0o555)
+    _mount(libc, "proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this pid namespace's
+    os.mkdir(root + "/dev", 0o755)
+    _mount(libc, "tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
+    for node in DEV_NODES:
+        open(f"{root}/dev/{node}", "w").close()
+        _mount(libc, f"/dev/{node}", f"{root}/dev/{node}", None, MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    for path in ("/tmp", "/dev/shm"):
+        os.makedirs(root + path, 0o1777, exist_ok=True)
+        _mount(libc, "tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts)
+    os.chdir(root)
+    os.mkdir(".old-root", 0o700)
+    arch = os.uname().machine
+    _check(libc.syscall(SYS_PIVOT_ROOT[arch], b".", b".old-root"), "pivot_root")
+    os.chdir("/")
+    _check(libc.umount2(b"/.old-root", MNT_DETACH), "umount old root")
+    os.rmdir("/.old-root")
+    for path in ("/dev", "/"):
+        _mount(libc, None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | (MS_NOEXEC if path == "/dev" else 0))
+
+
+# -- the supervisor ---------------------------------------------------------------------------------
+
+def load_seccomp(libc, program_hex):
+    """no_new_privs, then the parent's filter: this process and everything it forks."""
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    if not program_hex:
+        return False
+    program = ctypes.create_string_buffer(bytes.fromhex(program_hex))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(program.raw) // 8, ctypes.addressof(program))  # raw has a trailing NUL
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+    return True
+
+
+def _count_processes():
+    try:
+        return sum(1 for name in os.listdir("/proc") if name.isdigit() and name != "1")
+    except OSError:
+        return 0
+
+
+def supervise(cfg, libc, code, status_fd, layers):
+    """Fork the code's process, wait for it, report; never returns."""
+    if load_seccomp(libc, cfg["seccomp"]):
+        layers.append("seccomp")
+    layers.append("no-new-privs")
+    _check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wake the loop below as soon as a child ends
+    # Processes of the code's uid that RLIMIT_NPROC counts besides the code's own: in a user namespace
+    # we share its uid (the supervisor, and with our namespaces the first process too).
+    shared = (2 if cfg["launcher"] == "namespaces" else 1) if "userns" in layers else 0
+    report(status_fd, {"ready": True, "layers": layers, "procs_shared": shared})
+    pid = os.fork()
+    if pid == 0:
+        run_user_code(cfg, libc, code, status_fd, layers)
+    in_pidns = cfg["launcher"] != "unsafe"
+    peak, final = 0, None
+    while final is None:
+        while True:  # reap: the code's process, and (as pid 1) any orphan the code left behind
+            try:
+                done, wstatus, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                done = 0
+            if done == 0:
+                break
+            if done == pid:
+                final = {"cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}
+                if os.WIFSIGNALED(wstatus):
+                    final["signal"] = os.WTERMSIG(wstatus)
+                else:
+                    final["exit_code"] = os.WEXITSTATUS(wstatus)
+        count = _count_processes() if in_pidns else 0
+        if count > peak:
+            peak = count
+            report(status_fd, {"peak_procs": peak})
+        if final is None:
+            select.select([wake_r], [], [], 0.02)
+            try:
+                os.read(wake_r, 512)
+            except BlockingIOError:
+                pass
+    # Processes the code left behind (a fork bomb's) are still churning: a few more samples catch the
+    # peak that the code's own exit may have raced.
+    for _ in range(5 if in_pidns and _count_processes() > 0 else 0):
+        peak = max(peak, _count_processes())
+        select.select([], [], [], 0.01)
+    final["peak_procs"] = peak
+    report(status_fd, final)
+    os._exit(0)  # as pid 1, our exit ends every process the code left running
+
+
+def _drop_privileges(cfg, libc, layers):
+    if "uid-nobody" in layers:  # root, in a sandbox: nobody can still import from the read-only root
+        for cap in range(64):  # the bounding set, so nothing exec'd later can regain a capability
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        os.setgroups([])
+        os.setgid(cfg["nobody"])
+        os.setuid(cfg["nobody"])  # clears every capability (all uids non-zero now)
+    else:  # a user namespace (or unsafe as a normal user): keep the uid, drop capabilities
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+        data = (ctypes.c_uint32 * 6)()
+        _check(libc.capset(header, data), "capset")
+
+
+def run_user_code(cfg, libc, code, status_fd, layers):
+    """In the code's process: close what it must not have, limit, drop privileges, run. Never returns."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.closerange(3, 1 << 16)  # the status fd, the wake-up pipe, anything a launcher passed on
+        set_limits(cfg)
+        _drop_privileges(cfg, libc, layers)
+        work = cfg["root_dir"] if cfg["launcher"] == "unsafe" else "/tmp/work"
+        os.makedirs(work, 0o700, exist_ok=True)
+        os.chdir(work)
+        for key in ("HOME", "TMPDIR", "TMP", "TEMP"):
+            os.environ[key] = work
+        sys.path.extend(p for p in cfg["view"]["site"] if p not in sys.path)
+        if cfg["launcher"] == "unsafe":
+            audit_guard(os.path.realpath(work))
+    except BaseException as e:  # never run the code half-isolated
+        os.write(2, f"sandbox: could not isolate the code ({e})\n".encode())
+        os._exit(71)
+    os._exit(run_code(code))
 
 
 def set_limits(cfg):
@@ -135,15 +259,19 @@ def set_limits(cfg):
 
 
 def audit_guard(work):
-    """Fallback when namespaces are refused: refuse sockets, new processes, writes outside ``work``."""
-    blocked_prefixes = ("socket.", "subprocess.", "os.fork", "os.exec", "os.spawn", "os.posix_spawn",
-                        "os.system", "pty.", "ctypes.")
+    """``unsafe`` only: refuse new processes and writes outside ``work`` at the Python level (no boundary:
+    ctypes or a C extension gets around it). Sockets are already refused by the seccomp filter."""
+    blocked_prefixes = ("subprocess.", "os.fork", "os.exec", "os.spawn", "os.posix_spawn", "os.system", "pty.",
+                        "ctypes.")
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
     def hook(event, args):
-        if event.startswith(blocked_prefixes) and event != "socket.gethostname":
-            what = "network access" if event.startswith("socket.") else f"{event}"
-            raise PermissionError(f"sandbox: {what} is disabled in the python tool")
+        if event.startswith(blocked_prefixes):
+            raise PermissionError(f"sandbox: {event} is disabled in the python tool")
+        if event in ("os.remove", "os.rename", "os.rmdir", "os.truncate", "os.chmod", "os.symlink", "os.link"):
+            paths = [a for a in args if isinstance(a, (str, bytes))]
+            if any(not os.path.realpath(os.fsdecode(p)).startswith(work + os.sep) for p in paths):
+                raise PermissionError(f"sandbox: {event} outside the work directory is disabled")
         if event == "open":
             path, mode, flags = args
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
@@ -157,7 +285,7 @@ def audit_guard(work):
 
 
 def run_code(code):
-    """Run the user's code as ``__main__``; a traceback is printed, the exit code returned."""
+    """Run the user's code as ``__main__``; a traceback is printed, the exit status returned."""
     name = "<python-tool>"
     linecache.cache[name] = (len(code), None, code.splitlines(True), name)  # source lines in tracebacks
     try:
@@ -167,72 +295,45 @@ def run_code(code):
     except MemoryError:
         sys.stdout.flush()
         print("MemoryError: the python tool's memory limit was reached", file=sys.stderr)
-        return 1
+        return MEMORY_EXIT
     except BaseException as e:
         sys.stdout.flush()
         # Hide this file's frame: the model should see its own code only.
         traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
         return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
     return 0
-
-
-def _finish(code):
-    status = run_code(code)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
-
-
-def _on_xcpu(signum, frame):
-    # pid 1 of a namespace ignores signals it has no handler for, SIGXCPU included: say it, then exit.
-    os.write(2, b"\nsandbox: CPU time limit exceeded\n")
-    os._exit(128 + signum)
 
 
 def main():
     cfg = json.loads(sys.argv[1])
     status_fd = cfg["status_fd"]
     code = sys.stdin.read()
-    libc = ctypes.CDLL(None, use_errno=True)
-    layers, work = [], None
-    if cfg.get("namespaces", True) and sys.platform.startswith("linux"):
-        try:
-            layers, work = isolate(cfg, libc, layers)
-        except (AttributeError, OSError) as e:  # a libc without unshare, or a half-built view
-            if layers:  # namespaces entered but the view is incomplete: do not run the code
-                sys.exit(f"sandbox: could not set up isolation ({e})")
-    if work is None:  # no private filesystem view: the parent made a temp dir for us
-        work = os.path.realpath(cfg["fallback_dir"])
-    # Without the read-only view and private tmp, the audit hook guards sockets, processes, writes.
-    guarded = "private-tmp" not in layers
-    os.chdir(work)
-    drop_root(work, layers)
-    for key in ("HOME", "TMPDIR", "TMP", "TEMP"):
-        os.environ[key] = work
-    set_limits(cfg)
-    layers.append("rlimits")
-    if guarded:
-        layers.append("audit-hook")
-    status = {"layers": layers}
-    os.write(status_fd, (json.dumps(status) + "\n").encode())
-    sys.stdout.flush()
-    # In a new pid namespace our first child is its pid 1: everything it forks dies with it.
-    pid = os.fork() if "pidns" in layers else 0
-    if pid == 0:
-        if "pidns" in layers:
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        os.close(status_fd)
-        signal.signal(signal.SIGXCPU, _on_xcpu)
-        if guarded:
-            audit_guard(work)
-        _finish(code)
-    _, wstatus = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(wstatus):
-        status["signal"] = os.WTERMSIG(wstatus)
-    else:
-        status["exit_code"] = os.WEXITSTATUS(wstatus)
-    os.write(status_fd, (json.dumps(status) + "\n").encode())
-    os._exit(0)
+    libc = _libc()
+    launcher = cfg["launcher"]
+    layers = []
+    try:
+        if launcher == "namespaces":
+            userns = os.getuid() != 0
+            enter_namespaces(cfg, libc, status_fd)
+            layers += ["userns"] * userns + ["pidns", "netns", "ipcns", "mountns", "fresh-proc",
+                                             "readonly-root", "private-tmp"]
+        elif launcher == "bwrap":
+            if os.getpid() != 1:
+                raise OSError("bwrap did not run the supervisor as pid 1")
+            layers += ["userns"] * (os.getuid() != 0) + ["pidns", "netns", "ipcns", "mountns", "fresh-proc",
+                                                        "readonly-root", "private-tmp"]
+        layers.append("uid-nobody" if os.getuid() == 0 and "userns" not in layers and launcher != "unsafe"
+                      else "no-capabilities")
+        layers.append("rlimits")
+        if launcher == "unsafe":
+            layers.append("audit-hook")
+        supervise(cfg, libc, code, status_fd, layers)
+    except OSError as e:
+        report(status_fd, {"error": f"{launcher}: {e}"})
+        os._exit(70)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from agentrt.core.errors import InputError
+from agentrt.core.text import legacy_rendering, quote_untrusted
 from tools._hits import field
 from tools.base import Tool, ToolError, ToolResult, tool
 
@@ -38,6 +39,10 @@ def make_fetch_tool(fetcher: Fetcher, *, name: str = "fetch", max_chars: int = 4
         cut = " [truncated]" if len(text) > max_chars else ""
         data = {"id": str(field(doc, "id", doc_id)), "title": str(field(doc, "title", "") or ""),
                 "text": text[:max_chars], "truncated": bool(cut)}
-        return ToolResult(f"[{data['id']}] {data['title']}".rstrip() + f"\n{text[:max_chars]}{cut}", data=data)
+        if legacy_rendering():  # the injection benchmark's "before" baseline
+            return ToolResult(f"[{data['id']}] {data['title']}".rstrip() + f"\n{text[:max_chars]}{cut}", data=data)
+        # quoted as data (agentrt.core.text): the document cannot close its own block
+        return ToolResult(quote_untrusted(data["text"] + cut, id=data["id"], source="fetch",
+                                          title=data["title"] or None), data=data)
 
     return fetch

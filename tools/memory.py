@@ -36,7 +36,7 @@ def make_memory_tools(store: NoteStore, *, max_note_chars: int = 2000, passage_c
             k: How many notes to return (1-10).
         """
         # the notes as text for the model and as {id, title, text, score} dicts (ToolResult.data)
-        return hits_result(list(store.search(query, max(1, min(k, 10)))), passage_chars)
+        return hits_result(list(store.search(query, max(1, min(k, 10)))), passage_chars, source="memory")
 
     @tool(timeout_s=30)
     def memory_write(note: str) -> str:

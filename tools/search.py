@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentrt.core.errors import InputError
+from agentrt.core.text import legacy_rendering, quote_untrusted
 from tools._hits import as_hit
 from tools.base import Tool, ToolError, ToolResult, tool
 
@@ -22,18 +23,24 @@ class Searcher(Protocol):
     def __call__(self, query: str, k: int) -> Sequence[Any]: ...
 
 
-def hits_result(hits: Sequence[Any], passage_chars: int) -> ToolResult:
-    """``hits`` as the model reads them (``output``: one ``[id] title (score)`` block per hit, then the
-    passage) and as the runtime uses them (``data``: a list of ``{id, title, text, score}`` dicts).
-    Retrieved text is data, not orders: the tool loop frames it as such."""
+def hits_result(hits: Sequence[Any], passage_chars: int, *, source: str = "search") -> ToolResult:
+    """``hits`` as the model reads them (``output``: one quoted ``<document id=... source=... title=...
+    score=...>`` block per hit, see ``agentrt.core.text.quote_untrusted``) and as the runtime uses them
+    (``data``: a list of ``{id, title, text, score}`` dicts). Retrieved text is data, not orders: the
+    block keeps it from closing its own frame, the tool loop's system prompt says so."""
     data = [as_hit(h, passage_chars) for h in hits]
-    blocks = []
-    for h in data:
-        head = f"[{h['id']}] {h['title']}".rstrip()
-        if h["score"] is not None:
-            head += f" (score {h['score']:.3f})"
-        blocks.append(f"{head}\n{h['text']}")
-    return ToolResult("\n\n".join(blocks) if blocks else "no results", data=data)
+    if legacy_rendering():  # the injection benchmark's "before" baseline
+        return ToolResult("\n\n".join(_legacy_block(h) for h in data) or "no results", data=data)
+    blocks = [quote_untrusted(h["text"], id=h["id"], source=source, title=h["title"] or None,
+                              score=None if h["score"] is None else f"{h['score']:.3f}") for h in data]
+    return ToolResult("\n".join(blocks) if blocks else "no results", data=data)
+
+
+def _legacy_block(h: dict[str, Any]) -> str:
+    head = f"[{h['id']}] {h['title']}".rstrip()
+    if h["score"] is not None:
+        head += f" (score {h['score']:.3f})"
+    return f"{head}\n{h['text']}"
 
 
 def format_hits(hits: Sequence[Any], passage_chars: int) -> str:
@@ -48,7 +55,7 @@ def make_search_tool(searcher: Searcher, *, name: str = "search", max_k: int = 1
     if not callable(searcher):
         raise InputError("make_search_tool needs a callable searcher(query, k) -> hits")
 
-    @tool(name=name, timeout_s=timeout_s, max_output_chars=max_k * (passage_chars + 120))
+    @tool(name=name, timeout_s=timeout_s, max_output_chars=max_k * (passage_chars + 200))
     def search(query: str, k: int = 5) -> ToolResult:
         """Search the knowledge base and return the best passages with their ids and titles.
 

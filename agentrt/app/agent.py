@@ -19,7 +19,7 @@ from agentrt.core.errors import BudgetExceeded, InputError, UserError
 from agentrt.core.events import Event, RunFinished, RunStarted
 from agentrt.core.protocols import ModelBackend
 from agentrt.routing import RouteDecision, extract, make_router
-from agentrt.app.inputs import check_request
+from agentrt.app.inputs import check_answer_options, check_request
 from agentrt.core.types import Message, Usage
 from agentrt.routes import RouteOutput, get_route
 from agentrt.routes.context import RouteOptions, RunContext
@@ -119,6 +119,8 @@ class Agent:
                    router: str | Any | None = None, thinking_cap: int | None = None, samples: int = 1,
                    verifier: Callable[[str], Any] | None = None, policy: ModelBackend | None = None,
                    tools: list[Any] | None = None, temperature: float | None = None, seed: int | None = None,
+                   max_tokens: int | None = None, stop: list[str] | None = None, top_p: float | None = None,
+                   n: int = 1, json_schema: dict[str, Any] | None = None,
                    on_event: Callable[[Event], None] | None = None,
                    approve_plan: Callable[[Any], Any] | None = None, ask_user: Callable[[str], str] | None = None,
                    task: RunTask | TaskInfo | None = None, metadata: dict[str, Any] | None = None) -> Result:
@@ -130,12 +132,16 @@ class Agent:
         samples for reason, chosen by ``verifier`` or a majority vote): the reason route's knobs.
         ``policy`` replaces the agent's backend for this run; ``tools`` (tools.base.Tool) are offered to
         the routes whose allowlist names them; ``temperature`` / ``seed`` sample instead of greedy decoding.
+        ``max_tokens`` (the answer's completion-token limit), ``stop``, ``top_p``, ``n`` (choices of the
+        answer call, in the record's answer step) and ``json_schema`` (constrained decoding) shape only the
+        calls that make the answer (direct, reason); thoughts, plans and searches keep theirs.
         ``on_event`` observes the run's typed events (agentrt.core.events); ``approve_plan`` / ``ask_user``
         are hooks of the plan route and the ask_user tool. ``task`` (a RunTask, or the TaskInfo alone) and ``metadata``
         go into the record, with the task's reward when it has one, before the record is written.
         """
+        answer = check_answer_options(max_tokens, stop, top_p, n, json_schema)
         ctx = self._start(question, history, system, budget, route, thinking_cap, samples, verifier, policy,
-                          tools, temperature, seed, on_event, approve_plan, ask_user, metadata)
+                          tools, temperature, seed, on_event, approve_plan, ask_user, metadata, answer)
         chosen, output, decision = route or "", RouteOutput(""), None
         try:
             if not route:
@@ -157,7 +163,8 @@ class Agent:
 
     def _start(self, question: Any, history: Any, system: Any, budget: Any, route: Any, thinking_cap: Any,
                samples: Any, verifier: Any, policy: ModelBackend | None, tools: Any, temperature: Any, seed: Any,
-               on_event: Any, approve_plan: Any, ask_user: Any, metadata: Any) -> RunContext:
+               on_event: Any, approve_plan: Any, ask_user: Any, metadata: Any,
+               answer: dict[str, Any] | None = None) -> RunContext:
         """Validate a request (before any token is spent) and open its RunContext."""
         total = self.settings.budget if budget is None else budget
         messages = check_request(question, history, system, total, route, thinking_cap, samples, temperature,
@@ -177,7 +184,8 @@ class Agent:
             on_event = traced(self.settings, on_event)
         hooks = {k: v for k, v in (("approve_plan", approve_plan), ("ask_user", ask_user)) if v}
         ctx = RunContext(new_run_id(), question, Budget(total), policy, self.settings, history=messages[:-1],
-                         system=system, options=RouteOptions(thinking_cap, samples, verifier), on_event=on_event,
+                         system=system, options=RouteOptions(thinking_cap, samples, verifier, **(answer or {})),
+                         on_event=on_event,
                          callbacks=hooks, tools=list(tools or []), seed=seed, metadata=dict(metadata or {}),
                          temperature=self.settings.temperature if temperature is None else temperature,
                          planner=self.planner if (self.settings.planner or self._planner is not None) else None)

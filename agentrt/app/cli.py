@@ -16,6 +16,7 @@ from agentrt.core.errors import AgentrtError, UserError
 # Command modules, imported when the parser is built (they import heavy things lazily themselves).
 COMMAND_MODULES = [
     "agentrt.app.commands.run",
+    "agentrt.app.commands.demo",
     "agentrt.app.commands.route",
     "agentrt.app.commands.memory",
     "agentrt.app.commands.eval",
@@ -24,6 +25,8 @@ COMMAND_MODULES = [
     "agentrt.app.commands.chat",
     "agentrt.app.commands.serve",
     "agentrt.app.commands.tools",
+    "agentrt.app.commands.learn",
+    "agentrt.app.commands.router",
 ]
 
 

@@ -1,6 +1,16 @@
 """Streaming a run: ``astream`` / ``stream`` yield the run's typed events (agentrt.core.events, re-exported
-here), ending with ``Answer``. Token deltas are coarse: one ``TokenDelta`` per model call, carrying that
-call's whole completion.
+here), ending with ``Answer``.
+
+Text streams token by token: each model call yields ``TokenDelta`` events (a token or a small group of
+tokens) while the model generates, each with the call's ``step`` name and the ``route``; ``thought`` is
+True for reasoning (the reason route's thinking, plans, searchers, ...) and False for the answer the
+user sees. A route whose answer is not generated as plain text (plan, sampled votes, abstain) yields it
+as one answer delta at its end. ``Answer.answer`` is the authoritative answer (a route may trim what it
+streamed, e.g. surrounding whitespace). Backends that cannot stream (a custom one) give one delta per call.
+
+    async for event in agent.astream("What is the capital of France?"):
+        if event.type == "token" and not event.thought:
+            print(event.text, end="", flush=True)
 """
 
 from __future__ import annotations

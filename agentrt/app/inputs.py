@@ -53,3 +53,20 @@ def check_request(question: Any, history: Any, system: Any, budget: Any, route: 
             raise InputError(f"history holds a {m.role!r} message; use role 'user' or 'assistant' (pass system= apart)")
         check_text(m.content, "history message")
     return turns + [Message("user", question)]
+
+
+def check_answer_options(max_tokens: Any, stop: Any, top_p: Any, n: Any, json_schema: Any) -> dict[str, Any]:
+    """Validate the answer knobs of a run (``Agent.arun``'s max_tokens, stop, top_p, n, json_schema);
+    returns them as ``RouteOptions`` fields."""
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise InputError(f"max_tokens must be a positive number of tokens, got {max_tokens!r}")
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if not all(isinstance(s, str) and s for s in stops):
+        raise InputError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise InputError(f"top_p must be in (0, 1], got {top_p!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
+        raise InputError(f"n must be an integer from 1 to 64, got {n!r}")
+    if json_schema is not None and not isinstance(json_schema, dict):
+        raise InputError("json_schema must be a JSON schema object (a dict)")
+    return {"answer_max_tokens": max_tokens, "stop": stops, "top_p": top_p, "n": n, "json_schema": json_schema}

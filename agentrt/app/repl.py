@@ -1,7 +1,8 @@
 """``agentrt chat``: a terminal chat with the agent (rich).
 
 Each turn shows the route decision and its reason, the plan, the model calls (parallel searchers
-appear as concurrent lines), a live budget bar, the answer and its sources. Slash commands change
+appear as concurrent lines), the text as the model writes it (thoughts dimmed, the answer plain), a
+live budget bar, then the answer and its sources. Slash commands change
 the next turns (/route, /budget) or inspect the last one (/plan, /trace). Ctrl-C cancels the running
 turn (its trajectory is saved with status "cancelled"); Ctrl-D or /exit leaves.
 """
@@ -25,7 +26,7 @@ from rich.text import Text
 from agentrt.app.agent import Agent
 from agentrt.core.errors import AgentrtError, UserError
 from agentrt.app.events import (Answer, BudgetUpdate, Event, Plan, PlanApproved, RouteDecided, RunStarted, StepFinished,
-                            StepStarted, ToolCall)
+                            StepStarted, TokenDelta, ToolCall)
 from agentrt.core.types import ROUTES
 
 HELP = """\
@@ -37,6 +38,7 @@ HELP = """\
 /save [PATH]        save the conversation as JSON lines
 /reset              forget the conversation
 /help               this help;  /exit (or Ctrl-D) leaves;  Ctrl-C cancels a running turn"""
+THOUGHT_LINES = 6  # the live view shows the end of a long thought, not all of it
 
 
 class TurnView:
@@ -53,6 +55,8 @@ class TurnView:
         self.tools: list[ToolCall] = []
         self.spent, self.total = 0, 0
         self.answer: Answer | None = None
+        self.thought = ""  # thought text as it streams (thinking, plans, searchers)
+        self.said, self.said_route = "", ""  # the answer text as it streams, and the route writing it
 
     def update(self, event: Event) -> None:
         if isinstance(event, RunStarted):
@@ -74,6 +78,15 @@ class TurnView:
                 self.steps.append([event.name, event.kind, 0])
         elif isinstance(event, ToolCall):
             self.tools.append(event)
+        elif isinstance(event, TokenDelta):
+            if event.thought:
+                self.thought += event.text
+            else:
+                if event.route != self.said_route:  # a cascade's stronger route answers afresh
+                    if self.said:
+                        self.thought += f"\n[{self.said_route}] {self.said}\n"
+                    self.said, self.said_route = "", event.route
+                self.said += event.text
         elif isinstance(event, BudgetUpdate):
             self.spent, self.total = event.spent, event.total
         elif isinstance(event, Answer):
@@ -95,6 +108,13 @@ class TurnView:
             parts.append(Text(f"  {running} calls in parallel", style="yellow"))
         for t in self.tools[-5:]:
             parts.append(Text(f"  tool {t.name}({json.dumps(t.args, ensure_ascii=False)[:80]})", style="blue"))
+        thought = self.thought.strip()
+        if thought:
+            parts.append(Text("\n".join(thought.splitlines()[-THOUGHT_LINES:])[-THOUGHT_LINES * 120:], style="dim"))
+        if self.answer is not None:  # the run's answer (a route may trim what it streamed)
+            parts.append(Panel(self.answer.result.answer or "(no answer)", title="answer", title_align="left"))
+        elif self.said.strip():
+            parts.append(Text(self.said.strip()))
         if self.total:
             bar = Table.grid(padding=(0, 1))
             bar.add_row(Text("budget"), ProgressBar(total=self.total, completed=self.spent, width=30),
@@ -151,7 +171,7 @@ class Repl:
         async def consume(live: Live) -> None:
             async for event in self.session.astream(question, **options):
                 view.update(event)
-                live.refresh()
+                live.refresh()  # every token shows as it arrives
 
         try:
             with Live(view, console=self.console, refresh_per_second=8, transient=False) as live:
@@ -170,8 +190,7 @@ class Repl:
     def _show_answer(self, view: TurnView) -> None:
         if view.answer is None:
             return
-        r = view.answer.result
-        self.console.print(Panel(r.answer or "(no answer)", title="answer", title_align="left"))
+        r = view.answer.result  # the answer itself is in the live view's last frame
         sources = [f"passage {c}" for c in getattr(r, "citations", None) or []]
         sources += [t.name + (f": {t.result[:80]}" if t.result else "") for t in view.tools]
         if sources:

@@ -1,30 +1,28 @@
 """An OpenAI-compatible HTTP server over the Agent (extra ``server``: fastapi + uvicorn).
 
-``POST /v1/chat/completions`` runs the agent on the last user message (earlier turns are passed as
-conversation context, like ``Agent.session``), streaming (SSE) or not. Responses are OpenAI's shape
-plus an ``agentrt`` object: route, reason, status, trajectory id, budget. ``GET /healthz``,
-``GET /v1/models``. Bad input (bad JSON, text that is not UTF-8 or holds a lone surrogate, JSON nested
-too deep or with huge integers, an oversized body, unknown fields, a bad message list) gets a 4xx with
+``POST /v1/chat/completions`` runs the agent on the conversation (``server_request``: how OpenAI's fields
+map onto a run), streaming (SSE, ``server_stream``) or not (``server_response``). Responses are OpenAI's
+shape plus an ``agentrt`` object: route, reason, status, trajectory id, budget. ``GET /healthz``,
+``GET /v1/models`` (the served model names; a request for any other model is a 404). Bad input (bad JSON,
+text that is not UTF-8 or holds a lone surrogate, JSON nested too deep or with huge integers, an oversized
+body, unknown fields, a bad message list, a JSON schema the grammar cannot compile) gets a 4xx with
 OpenAI's ``{"error": {"message", "type", "param", "code"}}``, never a 500; a 500 (same shape) means a bug.
 
 The door (``create_app`` options, ``agentrt serve`` flags): ``api_key`` (every path but ``/healthz``
 needs ``Authorization: Bearer KEY``, else 401), ``max_budget`` (a request's budget above it is a 400;
-a request without one gets ``min(default, max_budget)``), ``request_timeout`` (a run that takes longer
-is cancelled, saved as cancelled, and answered 504), ``max_body``, ``max_concurrency``.
+a request without one gets at most that), ``request_timeout`` (a run that takes longer is cancelled,
+saved as cancelled, and answered 504), ``max_body``, ``max_concurrency``; ``served_model_names``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from agentrt.core.errors import AgentrtError, BackendError, UserError, missing_extra
-from agentrt.app.session import Session, Turn
 
 try:
     from fastapi import FastAPI, Request
@@ -35,85 +33,34 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the install
     raise missing_extra("fastapi", "server") from e
 
+from agentrt.app.server_request import ChatRequest, RequestError, plan_run
+from agentrt.app.server_response import completion
+from agentrt.app.server_stream import sse, timeout_message
+
 if TYPE_CHECKING:
-    from agentrt.app.agent import Agent, Result
+    from agentrt.app.agent import Agent
 
 MODEL_ID = "agentrt"
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB: far above any question the embedded model's context can take
 
-
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[ContentPart]
-    name: str | None = None
-
-    def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(p.text for p in self.content)
-
-
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    include_usage: bool = False
-
-
-class ChatRequest(BaseModel):
-    """The accepted request body. Sampling fields are accepted for compatibility; the agent's routes
-    choose their own sampling. ``budget`` / ``route`` are agentrt's (``extra_body`` in the openai client)."""
-
-    model_config = ConfigDict(extra="forbid")
-    model: str = MODEL_ID
-    messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    n: Literal[1] = 1
-    user: str | None = None
-    metadata: dict[str, str] | None = None
-    budget: int | None = Field(default=None, ge=1)
-    route: str | None = None
-    samples: int = Field(default=1, ge=1, le=64)  # the reason route's parallel samples (majority vote)
-
-
 _error = error_response
 
 
-def _split(req: ChatRequest) -> tuple[str, list[Turn], str]:
-    """The new question, the prior (user, assistant) turns and the system text of a request."""
-    if req.messages[-1].role != "user":
-        raise UserError("the last message must have role 'user'")
-    system = "\n".join(m.text() for m in req.messages if m.role in ("system", "developer")).strip()
-    turns: list[Turn] = []
-    pending: str | None = None
-    for m in req.messages[:-1]:
-        if m.role == "user":
-            pending = m.text() if pending is None else pending + "\n" + m.text()
-        elif m.role == "assistant":
-            turns.append(Turn(pending or "", m.text()))
-            pending = None
-    question = req.messages[-1].text() if pending is None else pending + "\n" + req.messages[-1].text()
-    if not question.strip():
-        raise UserError("the last user message is empty")
-    return question, turns, system
+def served_names(agent: Agent, names: list[str] | None = None) -> list[str]:
+    """The model names a server answers to: ``names``, else ``agentrt`` and the policy's name."""
+    return list(dict.fromkeys(names or [MODEL_ID, agent.policy.name]))
 
 
 def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrency: int = 64, api_key: str | None = None,
-               max_budget: int | None = None, request_timeout: float | None = None) -> FastAPI:
+               max_budget: int | None = None, request_timeout: float | None = None,
+               served_model_names: list[str] | None = None) -> FastAPI:
     """The ASGI app serving ``agent``; ``max_body`` bytes per request, ``max_concurrency`` runs at once;
-    ``api_key``, ``max_budget``, ``request_timeout``: the door (see the module docstring)."""
+    ``api_key``, ``max_budget``, ``request_timeout``: the door; ``served_model_names``: the names
+    ``/v1/models`` lists and requests may ask for (default: ``agentrt`` and the policy's name)."""
     app = FastAPI(title="agentrt", version="0.1.0", docs_url=None, redoc_url=None)
     slots = asyncio.Semaphore(max_concurrency)
+    names = served_names(agent, served_model_names)
+    tokenizer = getattr(agent.policy, "tokenizer", None)  # names the tokens of logprobs (hf backends)
     if api_key:
         app.add_middleware(ApiKeyGate, key=api_key)
 
@@ -133,8 +80,9 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "agentrt",
-                                            "policy": agent.policy.name}]}
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "agentrt",
+                                            "root": agent.policy.name, "policy": agent.policy.name,
+                                            "max_model_len": agent.policy.context_length} for name in names]}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
@@ -158,45 +106,37 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
             err = e.errors()[0]
             where = ".".join(str(x) for x in err["loc"])
             return _error(400, f"invalid field '{where}': {err['msg']}", param=where)
-        from agentrt.core.types import ROUTES
-
-        if req.route is not None and req.route not in ROUTES:
-            return _error(400, f"unknown route {req.route!r}; choose one of: {', '.join(ROUTES)}", param="route")
-        budget = req.budget
-        if max_budget is not None:
-            if budget is not None and budget > max_budget:
-                return _error(400, f"budget {budget} is over this server's cap of {max_budget} tokens per request; "
-                              f"ask for at most {max_budget}", param="budget")
-            budget = min(budget or agent.settings.budget, max_budget)
+        model = req.model or names[0]
+        if model not in names:
+            return _error(404, f"The model `{model}` does not exist; this server serves: {', '.join(names)}",
+                          param="model", code="model_not_found")
         try:
-            question, turns, system = _split(req)
-            session = Session(agent, budget=budget)
-            session.turns = turns
-            options = await session._options(question, {"budget": budget, "route": req.route, "samples": req.samples,
-                                                  "system": system or None})
+            plan = plan_run(req, agent, max_budget)  # in the loop: the tokenizer is not shared across threads
+        except RequestError as e:
+            return _error(e.status, str(e), param=e.param, code=e.code)
         except UserError as e:
             return _error(400, str(e))
         except BackendError as e:
             return _error(502, str(e), kind="backend_error")
         created = int(time.time())
         if req.stream:
-            return StreamingResponse(_sse(agent, slots, question, options, req, created, request_timeout),
+            return StreamingResponse(sse(agent, slots, plan, req, model, created, request_timeout, tokenizer),
                                      media_type="text/event-stream")
         started: list[str] = []
         timer = asyncio.timeout(request_timeout)
         try:
             async with slots:
                 async with timer:
-                    result = await agent.arun(question, on_event=_run_id_into(started), **options)
+                    result = await agent.arun(plan.question, on_event=_run_id_into(started), **plan.options)
         except TimeoutError:
             if not timer.expired():
                 raise  # a TimeoutError of the run's own: not ours to describe
-            return _error(504, _timeout_message(request_timeout, started), kind="timeout", code="request_timeout")
+            return _error(504, timeout_message(request_timeout, started), kind="timeout", code="request_timeout")
         except UserError as e:
             return _error(400, str(e))
         except BackendError as e:
             return _error(502, str(e), kind="backend_error")
-        return _completion(result, req, created)
+        return completion(result, plan, model, created, tokenizer)
 
     return app
 
@@ -212,83 +152,6 @@ def _run_id_into(started: list[str]) -> Any:
     return hook
 
 
-def _timeout_message(limit: float | None, started: list[str]) -> str:
-    saved = f"; its trajectory {started[0]} is saved as cancelled" if started else ""
-    return (f"the run took longer than this server's limit of {limit:g} s per request (--request-timeout) and was "
-            f"cancelled{saved}; ask for a smaller budget or a cheaper route")
-
-
-def _extra(result: Result) -> dict[str, Any]:
-    return {"route": result.route, "reason": result.reason, "status": result.status,
-            "trajectory_id": result.trajectory_id, "budget": result.budget, "truncated": result.truncated}
-
-
-def _completion(result: Result, req: ChatRequest, created: int) -> dict[str, Any]:
-    return {
-        "id": f"chatcmpl-{result.trajectory_id}", "object": "chat.completion", "created": created, "model": req.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer},
-                     "finish_reason": "length" if result.truncated else "stop", "logprobs": None}],
-        "usage": result.usage.to_dict(), "agentrt": _extra(result),
-    }
-
-
-async def _sse(agent: Agent, slots: asyncio.Semaphore, question: str, options: dict[str, Any], req: ChatRequest,
-               created: int, timeout: float | None = None) -> AsyncIterator[str]:
-    """Chunks: the role, each run event (``choices: []`` + ``agentrt_event``), the answer, the finish."""
-    from agentrt.app.events import Answer, RunStarted, astream
-
-    cid = "chatcmpl-pending"
-
-    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-        payload = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model,
-                   "choices": choices, **extra}
-        return f"data: {json.dumps(payload, ensure_ascii=False, default=str)}\n\n"
-
-    def error(message: str, kind: str, code: int | str) -> str:
-        return f"data: {json.dumps({'error': {'message': message, 'type': kind, 'param': None, 'code': code}})}\n\n"
-
-    started: list[str] = []
-    async with slots:
-        # the deadline covers only the waits for the run's next event (never a yield: a timeout that
-        # fired while the response is being sent would cancel the server's send, not the run)
-        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-        events = astream(agent, question, **options)
-        timer = asyncio.timeout_at(deadline)  # replaced by a fresh one for each wait, below
-        try:
-            while True:
-                try:
-                    async with (timer := asyncio.timeout_at(deadline)):
-                        event = await anext(events)
-                except StopAsyncIteration:
-                    break
-                if isinstance(event, RunStarted):
-                    cid = f"chatcmpl-{event.run_id}"
-                    started.append(event.run_id)
-                    yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
-                if isinstance(event, Answer):
-                    result = event.result
-                    yield chunk([{"index": 0, "delta": {"content": result.answer}, "finish_reason": None}])
-                    yield chunk([{"index": 0, "delta": {}, "finish_reason": "length" if result.truncated else "stop"}],
-                                agentrt=_extra(result))
-                    if req.stream_options and req.stream_options.include_usage:
-                        yield chunk([], usage=result.usage.to_dict())
-                else:
-                    yield chunk([], agentrt_event=event.to_dict())
-        except Exception as e:  # noqa: BLE001 - the stream has begun: every failure is said in the stream's shape
-            if isinstance(e, TimeoutError) and timer.expired():
-                yield error(_timeout_message(timeout, started), "timeout", "request_timeout")
-            elif isinstance(e, UserError):
-                yield error(str(e), "invalid_request_error", 400)
-            elif isinstance(e, BackendError):
-                yield error(str(e), "backend_error", 502)
-            else:  # a bug
-                logging.getLogger("agentrt.server").exception("a streamed run failed")
-                yield error(f"{type(e).__name__}: an internal error; the server log has the traceback", "server_error", 500)
-        finally:
-            await events.aclose()  # a client that left: the run is cancelled (and saved as cancelled)
-    yield "data: [DONE]\n\n"
-
-
 def serve(agent: Agent, host: str = "127.0.0.1", port: int = 8000, **app_options: Any) -> None:
     """Load the model, then serve until interrupted."""
     try:
@@ -299,4 +162,4 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 8000, **app_options
     uvicorn.run(create_app(agent, **app_options), host=host, port=port, log_level="warning", access_log=False)
 
 
-__all__ = ["create_app", "serve", "ChatRequest"]
+__all__ = ["ChatRequest", "MODEL_ID", "create_app", "serve", "served_names"]

@@ -173,7 +173,25 @@ class PrefixCache:
         key = tuple(ids)
         if key in self._entries or len(ids) < self.min_tokens:
             return
-        kv = [(layer.keys.clone(), layer.values.clone()) for layer in past.layers]  # not views of live buffers
+        self._add(key, [(layer.keys.clone(), layer.values.clone()) for layer in past.layers])  # not live views
+
+    def store_row(self, ids: list[int], group: Group, row: int) -> None:
+        """Remember the KV of row ``row`` of a decoding ``group``: its prompt and generated tokens ``ids``
+        (all but the last token, whose KV no pass has computed yet). The next turn of a conversation (or
+        the reason route's answer call after its thinking) starts with those tokens when the rendered
+        answer re-tokenizes the same way, so it prefills only what is new. Grammar-constrained JSON often
+        does not (xgrammar lets the model spell ``{"`` as two tokens; the template re-encodes it as one)."""
+        if not self.enabled or len(ids) < self.min_tokens or tuple(ids) in self._entries:
+            return
+        cached = group.mask.shape[1] - 1  # the mask has one column per cached token plus the next one
+        # left padding only: the row's tokens are the last len(ids) cached columns, every one of them real
+        if int(group.mask[row, :cached].sum()) != len(ids) or len(ids) > cached:
+            return
+        self._add(tuple(ids), [(layer.keys[row:row + 1, :, cached - len(ids):cached, :].clone(),
+                                layer.values[row:row + 1, :, cached - len(ids):cached, :].clone())
+                               for layer in group.past.layers])
+
+    def _add(self, key: tuple[int, ...], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
         if size > self.max_bytes:
             return

@@ -5,11 +5,12 @@ Laid out like nano-vllm, along the pipeline:
 * ``hf.py`` (this file): ``HFBackend``, the ``ModelBackend`` door: chat templates and token counts, ``chat``
   and ``score``; it wires the parts below together.
 * ``hf_scheduler.py``: the batcher thread: requests, admission within the batch window, late joins,
-  finishing rows and answering each request as soon as its own rows are done.
+  finishing rows and answering each request as soon as its own rows are done; a request with
+  ``GenParams.on_token`` gets each row's new text after every pass (``_detok.py``: incremental detokenizing).
 * ``hf_runner.py``: the model, its prompt passes and decode steps, and sampling (grammar masks included).
 * ``_kvcache.py``: the KV cache that grows in place, the running batch's tensors, the prefix cache.
 * ``_cpu_speed.py``: the CPU kernels (copy-free grouped-query decode attention, transposed linear storage,
-  packed LM head). ``_grammar.py``: xgrammar matchers. ``_embedded.py``: the embedded model's weights.
+  packed large linears). ``_grammar.py``: xgrammar matchers. ``_embedded.py``: the embedded model's weights.
 """
 
 from __future__ import annotations

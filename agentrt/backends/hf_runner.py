@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentrt.backends import _lean_imports  # noqa: F401 - before transformers: no scikit-learn/SciPy (startup)
 from agentrt.core.errors import ConfigError, missing_extra
 from agentrt.core.types import GenParams
 
@@ -153,21 +154,18 @@ class ModelRunner:
         """Each row's next token (grammar mask, then greedy or temperature / top-p sampling) and the
         log-probabilities of the unmasked logits."""
         logprobs = torch.log_softmax(logits, dim=-1)
+        constrained = [i for i, r in enumerate(rows) if r.grammar is not None]
+        if constrained:  # every grammar row masked in one call (a clone: logprobs stay unmasked)
+            logits = self._grammars.mask_rows([rows[i].grammar for i in constrained], logits.clone(), constrained)
         next_ids = torch.full((len(rows),), self.pad_id, dtype=torch.long)
-        greedy = [i for i, r in enumerate(rows) if r.request.params.temperature <= 0 and r.grammar is None]
+        greedy = [i for i, r in enumerate(rows) if r.request.params.temperature <= 0]
         if greedy:
             next_ids[greedy] = logits[greedy].argmax(-1)
         for i, r in enumerate(rows):
-            if i in greedy:
-                continue
-            row_logits = logits[i].clone()
-            if r.grammar is not None:
-                row_logits = self._grammars.mask(r.grammar, row_logits)
             p = r.request.params
             if p.temperature <= 0:
-                next_ids[i] = row_logits.argmax()
                 continue
-            probs = torch.softmax(row_logits / p.temperature, dim=-1)
+            probs = torch.softmax(logits[i] / p.temperature, dim=-1)
             if p.top_p < 1.0:
                 sorted_p, order = probs.sort(descending=True)
                 keep = sorted_p.cumsum(-1) - sorted_p < p.top_p

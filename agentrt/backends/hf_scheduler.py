@@ -5,7 +5,8 @@ together; requests that arrive while a batch decodes are prefilled on their own 
 (continuous batching; their KV left-padded to its length, ``_kvcache.Group.merge``). After every pass the
 scheduler records each row's token, checks its stop conditions, answers each request the moment its rows
 are done and takes finished rows out of the batch so they cost nothing. Every row keeps its own max_tokens,
-stop strings, sampling parameters, seed and grammar.
+stop strings, sampling parameters, seed and grammar. A request with ``params.on_token`` gets each row's
+new text after every pass (``_detok.TextStream``); without one, nothing is decoded until a row ends.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from agentrt.backends._detok import TextStream
 from agentrt.backends._kvcache import Group
 from agentrt.backends.hf_runner import ModelRunner
 from agentrt.core.errors import BackendError
@@ -65,6 +67,7 @@ class Row:
     logprobs: list[float] = field(default_factory=list)
     text: str = ""
     finish: str | None = None
+    stream: TextStream | None = None  # only when the request streams (params.on_token)
 
 
 class Scheduler:
@@ -156,6 +159,8 @@ class Scheduler:
         for req in batch:
             for i in range(req.params.n):
                 row = Row(req, i, self.runner.generator(req.params, i), self.runner.grammar(req.params))
+                if req.params.on_token is not None:
+                    row.stream = TextStream(self.runner.tokenizer, req.params.stop)
                 if req.params.max_tokens <= 0:
                     row.finish = "length"
                 req.rows.append(row)
@@ -186,17 +191,20 @@ class Scheduler:
     def _step(self, group: Group, logits: torch.Tensor) -> None:
         """Pick every row's next token, record it, and feed it to the group's next pass."""
         next_ids, logprobs = self.runner.sample(group.rows, logits)
-        for i, r in enumerate(group.rows):
+        # one gather and two lists for the whole batch: per-row tensor indexing is a per-row cost every step
+        chosen = logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1).tolist()
+        for i, (r, tok) in enumerate(zip(group.rows, next_ids.tolist())):
             if r.request.future.cancelled():  # the caller gave up (Ctrl-C): stop its rows
                 r.finish = "length"
                 continue
-            tok = int(next_ids[i])
             r.tokens.append(tok)
-            r.logprobs.append(float(logprobs[i, tok]))
+            r.logprobs.append(chosen[i])
             self.stats.tokens_generated += 1
             if r.grammar is not None:
                 r.grammar.accept_token(tok)
             self._check_finished(r)
+            if r.stream is not None:
+                _send(r, r.stream.finish(r.text) if r.finish is not None else r.stream.push(tok))
         group.advance(next_ids)
 
     def _check_finished(self, r: Row) -> None:
@@ -218,6 +226,10 @@ class Scheduler:
 
     def _drop_finished(self, group: Group | None) -> Group | None:
         """Answer the requests whose rows are all done, and take their rows out of the batch."""
+        for i, r in enumerate(group.rows if group is not None else []):
+            # before answering: the caller's next turn usually starts with these tokens (see store_row)
+            if r.finish is not None and r.tokens and not r.request.future.cancelled():
+                self.runner.prefix_cache.store_row(r.request.prompt_ids + r.tokens[:-1], group, i)
         for req in [q for q in self._inflight if all(r.finish is not None for r in q.rows)]:
             self._inflight.remove(req)
             _settle(req.future, self._completion(req))
@@ -237,6 +249,15 @@ class Scheduler:
         ]
         usage = Usage(len(req.prompt_ids), sum(len(r.tokens) for r in req.rows))
         return Completion(choices, list(req.prompt_ids), usage, self.name, time.perf_counter() - req.submitted)
+
+
+def _send(r: Row, piece: str) -> None:
+    """Hand a row's new text to its request's ``on_token``; a failing callback never stops the batcher."""
+    if piece:
+        try:
+            r.request.params.on_token(r.index, piece)
+        except Exception:  # noqa: BLE001 - the caller's hook; the completion still arrives
+            pass
 
 
 def _settle(future: concurrent.futures.Future, outcome: Any) -> None:

@@ -9,7 +9,10 @@ request has a per-attempt timeout and an overall deadline: a dead server yields 
 bounded time, never a hang.
 
 What a server cannot return is None, not invented: token ids come from vLLM's ``return_token_ids``
-extension; other servers give text and logprobs only. ``count_tokens`` is exact for a vLLM server
+extension; other servers give text and logprobs only. A request whose ``GenParams.on_token`` is set
+streams (SSE, ``stream: true``) and hands each content delta to it as it arrives; a reasoning server's
+``reasoning`` / ``reasoning_content`` deltas come as ``<think> ... </think>`` text, as the model wrote
+them, so the Completion is the same streamed or not. ``count_tokens`` is exact for a vLLM server
 (the model folder's tokenizer when it is local, else the server's ``/tokenize``), and otherwise a
 tiktoken estimate plus a safety margin, so a reservation always covers what the server reports.
 """
@@ -28,7 +31,7 @@ from typing import Any
 from agentrt.backends._checks import parse_options
 from agentrt.backends._loop import BackgroundLoop
 from agentrt.backends._openai_wire import (
-    _check_shape, _check_status, _collect_stream, _model_list, _Retryable, _snippet,
+    StreamRelay, _check_shape, _check_status, _collect_stream, _model_list, _Retryable, _snippet, message_text,
 )
 from agentrt.core.errors import BackendError, ConfigError, InputError, missing_extra
 from agentrt.core.types import Choice, Completion, GenParams, Message, Usage
@@ -204,7 +207,7 @@ class OpenAIBackend:
             body["stop"] = list(params.stop)
         if params.seed is not None:
             body["seed"] = params.seed
-        if self.stream:
+        if self.stream or params.on_token is not None:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         if self.is_vllm:
@@ -252,6 +255,8 @@ class OpenAIBackend:
         started = time.perf_counter()
         deadline = time.monotonic() + self.deadline_s
         attempt, errors, events = 0, [], []
+        # A retried request streams again from its start: the relay skips what was already handed out.
+        relay = StreamRelay(params.on_token) if params.on_token is not None else None
         while True:
             ep = self._pick()
             wait = ep.down_until - time.monotonic()
@@ -263,7 +268,9 @@ class OpenAIBackend:
             retry_after = 0.0
             try:
                 remaining = max(0.1, deadline - time.monotonic())
-                data = await asyncio.wait_for(self._send(ep, body), timeout=min(self.timeout_s, remaining))
+                if relay is not None:
+                    relay.restart()
+                data = await asyncio.wait_for(self._send(ep, body, relay), timeout=min(self.timeout_s, remaining))
             except (httpx.TransportError, asyncio.TimeoutError) as e:
                 why = f"{type(e).__name__}: {e}".rstrip(": ") if str(e) else type(e).__name__
                 self._bench(ep, why)
@@ -297,7 +304,7 @@ class OpenAIBackend:
             "check that the server is up"
         )
 
-    async def _send(self, ep: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, ep: Endpoint, body: dict[str, Any], relay: StreamRelay | None = None) -> dict[str, Any]:
         client = await self._http()
         url = f"{ep.url}/chat/completions"
         if not body.get("stream"):
@@ -313,7 +320,7 @@ class OpenAIBackend:
             if resp.status_code >= 400:
                 await resp.aread()
             _check_status(resp, ep, self.model)
-            return _check_shape(await _collect_stream(resp, ep), ep)
+            return _check_shape(await _collect_stream(resp, ep, relay), ep)
 
     async def _tokenize(self, messages: list[dict[str, str]], prefill: bool, kwargs: dict[str, Any]) -> int:
         client = await self._http()
@@ -334,7 +341,7 @@ class OpenAIBackend:
     def _completion(self, data: dict[str, Any], body: dict[str, Any], params: GenParams, started: float) -> Completion:
         choices = []
         for c in sorted(data["choices"], key=lambda c: c.get("index", 0)):
-            text = (c.get("message") or {}).get("content") or ""
+            text = message_text(c.get("message") or {})
             if params.choices is not None and not self.is_vllm:
                 try:
                     text = str(json.loads(text))  # response_format gave a JSON string; return the choice

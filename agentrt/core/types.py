@@ -5,6 +5,7 @@ Small slotted dataclasses: these are on the hot path of every model call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,6 +35,12 @@ class GenParams:
 
     ``temperature == 0`` means greedy. ``logprobs`` asks for the log-probability of each sampled
     token. ``json_schema`` / ``choices`` ask for structured output on backends that support it.
+
+    ``on_token(index, text)``, when set, receives the text of choice ``index`` while it is generated,
+    one token or a small group at a time; the pieces of a choice concatenate to its final ``Choice.text``.
+    It may be called from any thread (a batcher thread, a backend's own event loop), so it must be quick
+    and thread-safe. A backend that cannot stream ignores it. It is not a sampling parameter: it takes
+    no part in comparisons and is never recorded.
     """
 
     max_tokens: int = 256
@@ -46,6 +53,7 @@ class GenParams:
     json_schema: dict[str, Any] | None = None
     choices: list[str] | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    on_token: Callable[[int, str], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

@@ -36,8 +36,23 @@ def check_route(name: str) -> str:
 
 
 def get_route(name: str) -> RouteFn:
-    """The ``run`` function of route ``name`` (its module is imported on first use)."""
-    return importlib.import_module(_MODULES[check_route(name)]).run
+    """The ``run`` function of route ``name`` (its module is imported on first use).
+
+    It runs with ``ctx.route`` set to ``name`` (streamed token deltas carry it); a route that streamed
+    no answer text (its answer came from JSON, a vote, or no model at all) then says its answer as one
+    ``TokenDelta``, so an observer always sees the answer arrive as answer text.
+    """
+    route = importlib.import_module(_MODULES[check_route(name)]).run
+
+    async def run(ctx: RunContext, question: str) -> RouteOutput:
+        ctx.route, before = name, ctx.answer_deltas
+        output = await route(ctx, question)
+        if ctx.answer_deltas == before:
+            ctx.say("answer", output.answer)
+        return output
+
+    run.__doc__ = route.__doc__
+    return run
 
 
 __all__ = ["ROUTES", "RouteFn", "RouteOutput", "RunContext", "check_route", "get_route"]

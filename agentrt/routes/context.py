@@ -2,6 +2,8 @@
 
 ``call_model`` and ``score`` are the only ways the runtime talks to a model: count the prompt,
 reserve, call, charge the real usage, record the step. That is what makes the budget a hard bound.
+When someone observes the run, ``call_model`` also streams the call's text as ``TokenDelta`` events,
+token by token, marked as thought or answer.
 A run's conversation is messages (``history`` + the question, under an optional ``system``), built
 once by ``conversation``: routes never fold the history into the question string.
 """
@@ -14,13 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agentrt.core.budget import Budget, chat_within
-from agentrt.core.events import BudgetUpdate, Event, StepStarted, step_events
+from agentrt.core.events import BudgetUpdate, Event, StepStarted, TokenDelta, step_events
 from agentrt.core.errors import BackendError, BudgetExceeded
 from agentrt.core.protocols import ModelBackend
 from pydantic import BaseModel
 
 from agentrt.trajectory import ModelCallStep, ScoreStep, parse_step
 from agentrt.core.types import Completion, GenParams, Message
+from agentrt.routes._deltas import CallDeltas
 
 
 @dataclass(slots=True)
@@ -32,6 +35,11 @@ class RouteOutput:
     citations: list[str] = field(default_factory=list)
 
 
+# The model calls whose text is the answer the user sees (direct and reason: "answer"; reason's
+# parallel samples: "sample"; ask: its question); RouteOptions.shape applies the caller's answer knobs to these only.
+ANSWER_STEPS = frozenset({"answer", "sample", "ask"})
+
+
 @dataclass(slots=True)
 class RouteOptions:
     """Per-run knobs of the routes (the SDK's ``arun`` arguments of the same names)."""
@@ -39,6 +47,31 @@ class RouteOptions:
     thinking_cap: int | None = None  # reason: tokens of thought (None: settings.thinking_cap)
     samples: int = 1  # reason: parallel samples, one selected by the verifier or a majority vote
     verifier: Callable[[str], Any] | None = None  # answer -> bool or score, for sample selection
+    # The caller's wishes for the answer the user sees (the server's OpenAI fields), applied by
+    # ``shape`` to the calls in ANSWER_STEPS only: thoughts, plans and searches keep their own params
+    # (the run's budget bounds those).
+    answer_max_tokens: int | None = None  # each answer call's completion-token limit (replaces the route's)
+    stop: list[str] = field(default_factory=list)  # more stop strings for the answer
+    top_p: float | None = None
+    n: int = 1  # choices of the answer call
+    json_schema: dict[str, Any] | None = None  # constrain the answer to this JSON schema
+
+    def shape(self, name: str, params: GenParams) -> GenParams:
+        """``params`` of the call ``name`` with the answer knobs applied when it makes the answer."""
+        if name not in ANSWER_STEPS:
+            return params
+        changes: dict[str, Any] = {}
+        if self.answer_max_tokens is not None:  # the caller's limit replaces the route's (the budget still clips)
+            changes["max_tokens"] = self.answer_max_tokens
+        if self.stop:
+            changes["stop"] = list(dict.fromkeys([*params.stop, *self.stop]))
+        if self.top_p is not None:
+            changes["top_p"] = self.top_p
+        if self.n > 1 and name == "answer":
+            changes["n"] = self.n
+        if self.json_schema is not None and name == "answer":
+            changes["json_schema"] = self.json_schema
+        return dataclasses.replace(params, **changes) if changes else params
 
 
 @dataclass
@@ -74,7 +107,10 @@ class RunContext:
     seed: int | None = None
     # The planner model (Settings.planner); None: the policy plans too.
     planner: ModelBackend | None = None
+    # The route running now (set by agentrt.routes.get_route); token deltas carry it.
+    route: str = ""
     _calls: int = 0
+    answer_deltas: int = 0  # answer (not thought) TokenDelta events emitted so far
 
     def conversation(self, route_system: str | None) -> list[Message]:
         """The run's messages: a system message (the caller's, then the route's), the history, the question."""
@@ -98,6 +134,13 @@ class RunContext:
             except Exception:  # noqa: BLE001 - observers are best effort
                 pass
 
+    def say(self, step: str, text: str, *, thought: bool = False) -> None:
+        """Emit ``text`` as a ``TokenDelta`` of the current route (text that no model call streams)."""
+        if self.on_event is not None and text:
+            if not thought:
+                self.answer_deltas += 1
+            self.emit(TokenDelta(step, text, self.route, thought))
+
     async def call_model(
         self,
         name: str,
@@ -107,12 +150,21 @@ class RunContext:
         backend: ModelBackend | None = None,
         budget: Budget | None = None,
         min_tokens: int = 1,
+        thought: bool = True,
     ) -> Completion:
         """Call a model inside the budget. ``max_tokens`` is clipped to what remains.
 
-        Raises ``BudgetExceeded`` when not even ``min_tokens`` new tokens fit.
+        ``thought=False`` says the call writes the answer the user sees; by default a call is reasoning
+        (thinking, planning, searching). It marks the call's ``TokenDelta`` events, streamed while the
+        model generates (its first choice; text inside ``<think>...</think>`` is a thought either way);
+        a backend that cannot stream gives one delta with the whole text. Raises ``BudgetExceeded``
+        when not even ``min_tokens`` new tokens fit.
         """
         backend = backend or self.policy
+        deltas = CallDeltas(self, name, thought) if self.on_event is not None else None
+        if deltas is not None:  # no observer: the backend is not asked to stream (nothing is decoded early)
+            params = dataclasses.replace(params, on_token=deltas.on_token)
+        params = self.options.shape(name, params)
         t_start = time.perf_counter() - self.started
 
         def prepare(clipped: GenParams, prompt_tokens: int) -> GenParams:
@@ -125,6 +177,8 @@ class RunContext:
 
         completion, params = await chat_within(budget or self.budget, backend, messages, params,
                                                min_tokens=min_tokens, prepare=prepare)
+        if deltas is not None:
+            deltas.close(completion)
         self.emit(BudgetUpdate(self.budget.spent, self.budget.total))
         self.record(
             ModelCallStep(
@@ -179,4 +233,4 @@ class RunContext:
         return scores
 
 
-__all__ = ["RouteOptions", "RouteOutput", "RunContext", "BudgetExceeded"]
+__all__ = ["ANSWER_STEPS", "RouteOptions", "RouteOutput", "RunContext", "BudgetExceeded"]

@@ -28,16 +28,18 @@ def answer_cue(question: str, history: list[Message]) -> str:
 async def run(ctx: RunContext, question: str) -> RouteOutput:
     """Answer in one call."""
     messages = ctx.conversation(SYSTEM)
-    cue = answer_cue(question, ctx.history)
+    # a prefilled cue would sit in front of the caller's JSON: none under a schema
+    cue = answer_cue(question, ctx.history) if ctx.options.json_schema is None else ""
     params = GenParams(max_tokens=ctx.settings.answer_max_tokens, stop=["\n"] if cue else [],
                        chat_template_kwargs=no_thinking(ctx.settings, ctx.policy))
     if cue:
-        completion = await ctx.call_model("answer", messages + [Message("assistant", cue)], params)
+        ctx.say("answer", cue)  # the prefilled cue is the answer's start: show it before what follows
+        completion = await ctx.call_model("answer", messages + [Message("assistant", cue)], params, thought=False)
         # the cue makes a one-sentence answer: keep that sentence, not the chatter after it
         answer = (cue + completion.text).split(". ")[0].strip()
         ctx.best_answer = answer if answer.endswith(".") else answer + "."
         return RouteOutput(ctx.best_answer)
-    completion = await ctx.call_model("answer", messages, params)
+    completion = await ctx.call_model("answer", messages, params, thought=False)
     thought, answer = split_thought(completion.text)
     ctx.best_answer = answer
     return RouteOutput(answer, thought)

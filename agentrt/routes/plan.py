@@ -52,11 +52,8 @@ from agentrt.trajectory import MemoryOpStep, PlanResultStep, PlanStep, SearcherF
 from planners import HeuristicPlanner, LLMPlanner, Plan, validate_plan
 from planners.llm import max_fanout_for, plan_tokens
 from planners.plan import PLACEHOLDER
+from planners.prompts import search_messages, synth_messages, verify_messages
 from tools.search import hits_result, make_search_tool
-
-SYNTH_SYSTEM = ("Answer the question using only the findings. Reply with JSON: a short answer and the ids "
-                "of the passages that support it.")
-SEARCH_PROMPT = "Find out: {q}\nSearch the knowledge base first, then give a short final answer."
 
 
 class PlanState(TypedDict, total=False):
@@ -183,7 +180,7 @@ class _Run:
         budget = self.ctx.budget.child(payload["tokens"], name=f"search:{step['id']}")
         t0 = time.perf_counter()
         task = asyncio.ensure_future(run_tool_loop(
-            self.ctx, [Message("user", SEARCH_PROMPT.format(q=q))], [self.tool],
+            self.ctx, search_messages(q), [self.tool],
             allowed=set(step.get("tools") or ["search"]) & {self.tool.name} or {self.tool.name},
             max_steps=self.opts.max_steps, budget=budget, max_tokens=self.opts.step_max_tokens,
             name=f"search:{step['id']}"))
@@ -224,16 +221,8 @@ class _Run:
         findings = sorted(state.get("findings", []), key=lambda f: f["step"])
         failed = sorted(state.get("failed", []), key=lambda f: f["step"])
         missing = [f"{f['step']} ({f['question']}): {f['error']}" for f in failed]
-        passages: dict[str, dict[str, Any]] = {}
-        lines = []
-        for f in findings:
-            lines.append(f"[{f['step']}] {f['question']} -> {f['answer'] or '(no answer)'}")
-            for p in f["passages"]:
-                if p["id"] not in passages:
-                    passages[p["id"]] = p
-                    lines.append(f"  passage [{p['id']}] {p['title']}: {p['text'][:240]}")
-        for m in missing:
-            lines.append(f"[missing] {m}")
+        # passages and findings reach the prompt quoted as untrusted data (planners.prompts)
+        messages, passages = synth_messages(plan.goal, findings, missing)
         # the best partial answer so far, should synthesis itself run out of budget
         self.ctx.best_answer = "; ".join(f["answer"] for f in findings if f["answer"]) or self.ctx.best_answer
         answer_schema: dict[str, Any] = ({"type": "string", "enum": plan.answer_choices} if plan.answer_choices
@@ -244,8 +233,6 @@ class _Run:
             "citations": ({"type": "array", "items": {"type": "string", "enum": ids}, "minItems": 1,
                            "maxItems": min(2, len(ids))} if ids else {"type": "array", "maxItems": 0}),
         }, "required": ["answer", "citations"], "additionalProperties": False}
-        messages = [Message("system", SYNTH_SYSTEM),
-                    Message("user", f"Question: {plan.goal}\nFindings:\n" + "\n".join(lines))]
         completion = await self.ctx.call_model(
             "synthesize", messages, GenParams(max_tokens=self.opts.synth_max_tokens, json_schema=schema))
         try:
@@ -265,9 +252,7 @@ class _Run:
         if not state.get("answer"):
             return {"verdict": "skipped"}
         texts = [p for f in state.get("findings", []) for p in f["passages"] if p["id"] in state.get("citations", [])]
-        body = "\n".join(f"[{p['id']}] {p['text'][:240]}" for p in texts) or "(no passages)"
-        messages = [Message("user", f"Passages:\n{body}\n\nQuestion: {state['question']}\nAnswer: {state['answer']}\n"
-                                    "Do the passages support the answer? Reply yes or no.")]
+        messages = verify_messages(state["question"], state["answer"], texts)
         try:
             c = await self.ctx.call_model("verify", messages, GenParams(max_tokens=4, choices=["yes", "no"]))
         except BudgetExceeded:

@@ -61,7 +61,7 @@ async def run(ctx: RunContext, question: str) -> RouteOutput:
     closing = f"{prefill}{thought}\n{THINK_CLOSE}\n" + ("" if native else f"{ANSWER_CUE} ")
     answer_messages = messages + [Message("assistant", closing)]
     params = GenParams(max_tokens=answer_max, stop=[THINK_OPEN], chat_template_kwargs=template)
-    completion = await ctx.call_model("answer", answer_messages, params)
+    completion = await ctx.call_model("answer", answer_messages, params, thought=False)
     answer = completion.text.strip()
     ctx.best_answer = answer or ctx.best_answer
     return RouteOutput(answer, thought or None)

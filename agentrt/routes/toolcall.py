@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from agentrt.core.budget import Budget
 from agentrt.core.errors import BudgetExceeded, InputError
+from agentrt.core.text import legacy_rendering, quote_untrusted
 from agentrt.core.protocols import ModelBackend
 from agentrt.routes.context import RunContext
 from agentrt.trajectory import FinalAnswerStep, ToolCallStep, new_run_id
@@ -168,6 +169,8 @@ async def _call(ctx: RunContext, call: ToolCall, tools: dict[str, Tool], step: i
         outcome = await execute(tools[call.name], call.arguments)
     well_formed = call.error is None and isinstance(call.arguments, dict)
     extra = {} if well_formed else {"raw": call.raw[:MAX_TOOL_RESULT_CHARS]}
+    if isinstance(outcome.data, dict) and "isolation" in outcome.data:  # the python tool's sandbox level
+        extra["isolation"] = outcome.data["isolation"]
     ctx.record(ToolCallStep(
         name=call.name, args=call.arguments if well_formed else {}, call_id=call.id or None,
         result=outcome.output[:MAX_TOOL_RESULT_CHARS] if outcome.ok else None,
@@ -179,9 +182,12 @@ async def _call(ctx: RunContext, call: ToolCall, tools: dict[str, Tool], step: i
 
 
 def _observation(name: str, outcome: ToolResult) -> str:
-    # A tool's text must not be able to close its own frame and speak as the user.
-    body = outcome.observation().replace("</tool_response>", "</tool_response >")
-    return f'<tool_response name="{name}">\n{body}\n</tool_response>'
+    # A tool's text must not be able to close its own frame and speak as the user (nor open a chat
+    # turn with a template token); the <document> blocks a search result quotes its hits in stay.
+    if legacy_rendering():  # the injection benchmark's "before" baseline
+        body = outcome.observation().replace("</tool_response>", "</tool_response >")
+        return f'<tool_response name="{name}">\n{body}\n</tool_response>'
+    return quote_untrusted(outcome.observation(), tag="tool_response", defuse=(), name=name)
 
 
 def _compose(answer: str, tool_output: str, mode: str) -> str:
@@ -222,6 +228,6 @@ def builtin_tools(settings: Any) -> list[Tool]:
     if getattr(settings, "allow_python", False):
         from tools.python import make_python_tool
 
-        tools.append(make_python_tool())
+        tools.append(make_python_tool(allow_unsafe=getattr(settings, "allow_python", False) == "unsafe"))
     return tools
 

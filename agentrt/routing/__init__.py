@@ -1,6 +1,8 @@
 """Routers: decide how much thinking a request deserves.
 
-Specs: ``fixed:<action>``, ``rules``, ``self``, ``learned:PATH``, ``cascade``. Every router has
+Specs: ``auto`` (the default: the router promoted for the running policy, else the shipped one, else
+``rules``; see ``registry``), ``fixed:<action>``, ``rules``, ``self``, ``learned:PATH`` (or
+``learned:VERSION`` from the registry), ``cascade``. Every router has
 ``async decide(question, features, budget) -> RouteDecision``; ``make_router`` builds one from a spec.
 """
 
@@ -14,7 +16,7 @@ from agentrt.routing.features import extract
 
 __all__ = ["ACTIONS", "RouteDecision", "UtilityConfig", "choose", "extract", "make_router", "CascadeRouter"]
 
-ROUTER_SPECS = "fixed:<action>, rules, self, learned:PATH, cascade"
+ROUTER_SPECS = "auto, fixed:<action>, rules, self, learned:PATH (or learned:VERSION), cascade"
 
 
 class CascadeRouter:
@@ -55,7 +57,8 @@ def make_router(spec: str, settings: Any, *, policy: Any = None, scorer: Any = N
     """Build the router a spec names; unknown specs raise ConfigError listing the valid ones.
 
     ``scorer`` (the run's ``RunContext.score``) is what the ``self`` router scores its labels with;
-    ``policy``, when given, is checked to be able to score.
+    ``policy``, when given, is checked to be able to score, and is the policy a learned router checks
+    it was trained for (else ``settings.policy``'s spec is).
     """
     from agentrt.routing.rules import FixedRouter, RulesRouter
 
@@ -76,11 +79,45 @@ def make_router(spec: str, settings: Any, *, policy: Any = None, scorer: Any = N
         if policy is not None and not hasattr(policy, "score"):
             raise ConfigError(f"the self router needs a backend that can score text (hf:...); {policy.name} cannot")
         return SelfRouter(scorer or _no_scorer, settings, cfg)
-    if kind == "learned" and arg:
-        from agentrt.routing.learned import LearnedRouter, RouterModel
+    if kind == "auto" and not arg:
+        from agentrt.routing import registry
+        from agentrt.routing.rules import RulesRouter
 
-        model = RouterModel.load(arg)
-        # the actions both allowed here and modeled by the file
-        allowed = tuple(a for a in cfg.actions if a in model.actions) or tuple(model.actions)
-        return LearnedRouter(model, settings, cfg.model_copy(update={"actions": allowed}))
+        fingerprint = _fingerprint(policy, settings)
+        entry = registry.resolve_default(_home(settings), fingerprint)
+        if entry is None:
+            return RulesRouter(settings, cfg)
+        return _learned(str(entry.path), settings, cfg, fingerprint, entry.version)
+    if kind == "learned" and arg:
+        from pathlib import Path
+
+        version = ""
+        if not Path(arg).exists() and (arg.startswith("r") or arg.startswith("shipped:")):
+            from agentrt.routing import registry
+
+            version = arg
+            arg = str(registry.find(_home(settings), arg).path)
+        return _learned(arg, settings, cfg, _fingerprint(policy, settings), version)
     raise ConfigError(f"unknown router {spec!r}; use one of: {ROUTER_SPECS}")
+
+
+def _home(settings: Any) -> Any:
+    from agentrt.core.config import default_home
+
+    return getattr(settings, "home", None) or default_home()
+
+
+def _fingerprint(policy: Any, settings: Any) -> Any:
+    from agentrt.routing.registry import policy_fingerprint
+
+    return policy_fingerprint(policy, getattr(settings, "policy", None))
+
+
+def _learned(path: str, settings: Any, cfg: UtilityConfig, fingerprint: Any, version: str) -> Any:
+    from agentrt.routing.learned import LearnedRouter, RouterModel
+
+    model = RouterModel.load(path)
+    # the actions both allowed here and modeled by the file
+    allowed = tuple(a for a in cfg.actions if a in model.actions) or tuple(model.actions)
+    return LearnedRouter(model, settings, cfg.model_copy(update={"actions": allowed}), policy=fingerprint,
+                         version=version)

@@ -33,6 +33,10 @@ class RouteDecision(BaseModel):
     features: dict[str, Any] = {}
     reason: str = ""
     escalation: list[str] = []  # cascade: routes to try next when confidence is low
+    # True only when p_success comes from a router trained for the policy that runs (hand-set priors,
+    # or a learned router facing another policy, are not calibrated for it)
+    calibrated: bool = False
+    router_version: str = ""  # the registry version (or file) of a learned router; "" for rule routers
 
     def to_step(self) -> dict[str, Any]:
         """The trajectory step (kind route_decision) for this decision."""
@@ -40,7 +44,7 @@ class RouteDecision(BaseModel):
             "kind": "route_decision", "route": self.action, "propensity": self.propensity,
             "probabilities": self.probabilities, "reason": self.reason, "features": self.features,
             "router": self.router, "p_success": self.p_success, "expected_tokens": self.expected_tokens,
-            "utility": self.utility,
+            "utility": self.utility, "calibrated": self.calibrated, "router_version": self.router_version,
         }
 
 

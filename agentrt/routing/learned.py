@@ -47,6 +47,9 @@ class RouterModel:
     temperature: float = 1.0
     lam: float = 0.3
     metrics: dict[str, Any] | None = None
+    # who made it and for which policy: {"policy": {"model", "digest", "id"}, "suites", "runs", "date",
+    # "heldout": {...}, "version"}; empty for files written by `agentrt train-router` without --policy
+    provenance: dict[str, Any] | None = None
 
     def logits(self, x: list[float]) -> dict[str, float]:
         """Uncalibrated success logits per action for one input vector."""
@@ -71,6 +74,7 @@ class RouterModel:
             "format": FORMAT, "version": VERSION, "features": list(NUMERIC_FEATURES), "hash_dim": HASH_DIM,
             "mean": self.mean, "std": self.std, "temperature": self.temperature, "lam": self.lam,
             "actions": {a: m.__dict__ for a, m in self.actions.items()}, "metrics": self.metrics or {},
+            "provenance": self.provenance or {},
         }
         Path(path).write_text(json.dumps(data))
 
@@ -96,21 +100,60 @@ class RouterModel:
             actions = {a: ActionModel(**m) for a, m in data["actions"].items()}
             if len(data["mean"]) != dim or any(len(m.w) != dim or len(m.tok_w) != dim for m in actions.values()):
                 raise ValueError("dimension mismatch")
-            return cls(data["mean"], data["std"], actions, float(data["temperature"]), float(data["lam"]), data.get("metrics"))
+            return cls(data["mean"], data["std"], actions, float(data["temperature"]), float(data["lam"]),
+                       data.get("metrics"), dict(data.get("provenance") or {}))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"router file {path} is corrupt ({e}); retrain it with: agentrt train-router") from None
 
 
+# Abstain and ask succeed only on questions that cannot (or should not) be answered, so their p_success is
+# the chance that this question is one. With a weak policy every answer route has a low p_success, and a
+# router maximizing utility would abstain on nearly everything (overoptimizing the reward); these floors
+# let it abstain or ask only when it believes the question is unanswerable / unclear. Settings'
+# router_floors override them.
+DEFAULT_FLOORS = {"abstain": 0.5, "ask": 0.5}
+
+
 class LearnedRouter:
-    """Predicts p_success and tokens per action, then applies the utility rule."""
+    """Predicts p_success and tokens per action, then applies the utility rule.
+
+    ``policy``: the fingerprint (``agentrt.routing.registry.Fingerprint``) of the policy that runs. When the
+    file records another policy, the router says so once, falls back to the rule priors and marks its
+    decisions ``calibrated: false``.
+    """
 
     name = "learned"
 
-    def __init__(self, model: RouterModel, settings: Any, cfg: UtilityConfig | None = None) -> None:
+    def __init__(self, model: RouterModel, settings: Any, cfg: UtilityConfig | None = None, *,
+                 policy: Any = None, version: str = "") -> None:
         self.model = model
         self.settings = settings
-        self.cfg = cfg or UtilityConfig(lam=model.lam, actions=tuple(model.actions))
+        cfg = cfg or UtilityConfig(lam=model.lam, actions=tuple(model.actions))
+        self.cfg = cfg.model_copy(update={"floors": {**DEFAULT_FLOORS, **cfg.floors}})
+        self.version = version or str((model.provenance or {}).get("version", ""))
+        trained_for = str(((model.provenance or {}).get("policy") or {}).get("id", ""))
+        self.mismatch = bool(policy is not None and trained_for and trained_for != policy.id)
+        self.fallback = None
+        if self.mismatch:
+            from agentrt.routing.rules import RulesRouter
+
+            self.fallback = RulesRouter(settings, cfg)
+            self.trained_for, self.running = trained_for, policy.id
 
     async def decide(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:
+        if self.fallback is not None:
+            from agentrt.routing.registry import warn_mismatch
+
+            # said at the first decision, not when the router is built: a check that builds it (preflight)
+            # or a run that fails before deciding has nothing to warn about yet
+            warn_mismatch(self.version or "learned", self.trained_for, self.running)
+            d = self.fallback.decide_sync(question, features, budget)
+            d.reason += f" (router {self.version or 'learned'} was trained for {self.trained_for}: rule priors used)"
+            d.calibrated, d.router_version = False, self.version
+            return d
         p, tokens = self.model.predict(vectorize(features, question))
-        return choose(self.name, p, tokens, budget, self.cfg, features=features)
+        d = choose(self.name, p, tokens, budget, self.cfg, features=features)
+        # calibrated for the policy it was trained for: known only when the file says which one
+        d.calibrated = bool((self.model.provenance or {}).get("policy"))
+        d.router_version = self.version
+        return d

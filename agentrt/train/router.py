@@ -54,11 +54,38 @@ class Example:
     reward: float  # the score, with partial credit
     tokens: float
     budget: int
+    answerable: bool = True  # False for items whose right answer is to abstain (type unanswerable)
+    key: str = ""  # the run's task key (metadata task_key), when it came from an eval / learn run
+
+
+def _features(rec: Any, decision: dict[str, Any] | None) -> dict[str, float]:
+    """The features the router saw when the run was logged (coverage, conversation and episodic signals
+    included), else those of the bare question (records of runs whose route was given)."""
+    logged = (decision or {}).get("features") or {}
+    if all(name in logged for name in NUMERIC_FEATURES):
+        return {name: float(logged[name]) for name in NUMERIC_FEATURES}
+    return extract(rec.question)
+
+
+def _contains_gold(rec: Any) -> bool:
+    """A QA answer that states a gold answer ("The capital of Italy is Rome." for "Rome"): the normalized
+    gold's tokens appear, in order and contiguous, in the normalized answer."""
+    from agentrt.trajectory.rewards._text import normalize_answer
+
+    golds = rec.task.ground_truth if isinstance(rec.task.ground_truth, list) else [rec.task.ground_truth]
+    said = f" {normalize_answer(rec.answer or '')} "
+    return any(n and f" {n} " in said for n in (normalize_answer(str(g)) for g in golds if g))
 
 
 def _success(rec: Any) -> float:
     """The verifier's pass/fail verdict when the record has one; otherwise the reward clipped to
-    [0, 1], read as a probability of success (records from before verdicts were stored)."""
+    [0, 1], read as a probability of success (records from before verdicts were stored).
+
+    A QA verdict is exact match, which fails every full-sentence answer; a router trained on it learns that
+    routes giving terse answers succeed and full sentences fail (the signal, not the answers). For QA, an
+    answer that states a gold answer counts as a success."""
+    if rec.task is not None and rec.task.verifier == "qa" and rec.answer and _contains_gold(rec):
+        return 1.0
     verdicts = [r.correct for r in rec.rewards.values() if r.correct is not None]
     if verdicts:
         return float(all(verdicts))
@@ -80,9 +107,11 @@ def load_examples(paths: list[str | Path], *, strict: bool = False, read_report:
             probs = dict(decision.get("probabilities") or {}) if decision else {}
             if not probs.get(rec.route):
                 probs = {rec.route: 1.0}  # a route given by the caller (a fixed policy)
-            x = vectorize(extract(rec.question), rec.question)
+            x = vectorize(_features(rec, decision), rec.question)
+            answerable = getattr(rec.task, "ability", None) != "unanswerable" if rec.task else True
             out.append(Example(rec.question, x, rec.route, 1.0, probs, _success(rec), float(rec.reward),
-                               float(rec.usage.get("total_tokens", 0)), int(rec.budget.get("total", 1) or 1)))
+                               float(rec.usage.get("total_tokens", 0)), int(rec.budget.get("total", 1) or 1),
+                               answerable, str((rec.metadata or {}).get("task_key", ""))))
     if not out:
         raise InputError("no trajectories with rewards found; run `agentrt eval` (it records rewards) first")
     _logging_propensities(out)
@@ -155,15 +184,17 @@ def calibration(probs: list[float], outcomes: list[float], bins: int = 10) -> di
 
 
 def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, seed: int = 0, strict: bool = False,
-                 read_report: ReadReport | None = None) -> RouterModel:
+                 read_report: ReadReport | None = None, examples: list[Example] | None = None) -> RouterModel:
     """Fit, calibrate and evaluate a learned router; the report is in ``model.metrics``.
 
     Cross-fitting by question: every run is predicted by models fit on the other folds' questions.
     Those out-of-fold predictions choose each action's L2 strength and the calibration temperature
     (lowest log-loss) and give the report (ECE, Brier, policy value). The returned model is then fit
     on all runs with the chosen strengths and temperature. ``strict`` / ``read_report``: see ``load_examples``.
+    ``examples``: fit on these (already loaded, e.g. a training slice) instead of reading ``paths``.
     """
-    examples = load_examples(paths, strict=strict, read_report=read_report)
+    if examples is None:
+        examples = load_examples(paths, strict=strict, read_report=read_report)
     questions = sorted({e.question for e in examples})
     if len(questions) < 2:
         raise InputError("need rewarded runs on at least 2 different questions to calibrate a router")

@@ -36,9 +36,12 @@ def main() -> None:
     limits = SandboxLimits(cpu_s=2, wall_s=10)
     layers = run_python("print(1)", limits).layers
     rows = [
-        ("python sandbox: print(1), full isolation", timed(lambda: run_python("print(1)", limits), 10)),
-        ("python sandbox: print(1), audit-hook fallback",
-         timed(lambda: run_python("print(1)", limits, namespaces=False), 10)),
+        (f"python sandbox: print(1), {launcher}",
+         timed(lambda launcher=launcher: run_python("print(1)", limits, launchers=(launcher,)), 10))
+        for launcher in ("bwrap", "namespaces")
+    ] + [
+        ("python sandbox: print(1), unsafe (no isolating layer)",
+         timed(lambda: run_python("print(1)", limits, launchers=(), allow_unsafe=True), 10)),
         ("calculator: evaluate('1234*5678')", timed(lambda: evaluate("1234*5678"), 2000)),
         ("calculator tool via execute()", timed(lambda: asyncio.run(execute(calculator, {"expression": "2**64"})), 200)),
         ("parse <tool_call> text", timed(lambda: parse_tool_calls(

@@ -103,6 +103,27 @@ def test_streaming_n_seed_stop_and_prefill(backend, server):
     assert cont.usage.prompt_tokens == backend.count_tokens(prefill)
 
 
+def test_on_token_streams_the_same_completion_token_by_token(backend):
+    """A caller that wants tokens gets vLLM's SSE deltas as they come, and the same Completion as without."""
+    import dataclasses
+
+    msgs = [Message("user", PROMPTS[0])]
+    for params in (GenParams(max_tokens=32), GenParams(max_tokens=32, stop=[". "]),
+                   GenParams(max_tokens=16, n=3, temperature=1.0, seed=7)):
+        pieces: dict[int, list[str]] = {}
+        plain = run(backend.chat(msgs, params))
+        streamed = run(backend.chat(msgs, dataclasses.replace(
+            params, on_token=lambda i, text: pieces.setdefault(i, []).append(text))))
+        assert [c.token_ids for c in streamed.choices] == [c.token_ids for c in plain.choices]
+        assert [c.text for c in streamed.choices] == [c.text for c in plain.choices]
+        assert [c.finish_reason for c in streamed.choices] == [c.finish_reason for c in plain.choices]
+        assert streamed.usage == plain.usage and streamed.prompt_token_ids == plain.prompt_token_ids
+        for i, choice in enumerate(streamed.choices):
+            assert choice.logprobs == pytest.approx(plain.choices[i].logprobs, abs=1e-4)
+            assert "".join(pieces[i]) == choice.text
+            assert len(pieces[i]) >= len(choice.token_ids) - 2  # one SSE delta per token (the last has no text)
+
+
 def test_structured_output_is_valid_json_of_the_schema(backend):
     outs = gather(backend, PROMPTS, GenParams(max_tokens=48, json_schema=SCHEMA))
     for out in outs:

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -78,6 +77,24 @@ else:
         assert "Paris" in cont.text and not cont.text.startswith("The capital")
         none = asyncio.run(vllm_backend.chat(msgs, GenParams(max_tokens=0)))
         assert none.text == "" and none.usage.completion_tokens == 0
+
+    def test_on_token_streams_engine_deltas_and_the_same_completion(vllm_backend):
+        import dataclasses
+
+        msgs = [Message("user", PROMPTS[1])]
+        for params in (GenParams(max_tokens=32), GenParams(max_tokens=32, stop=[". "]),
+                       GenParams(max_tokens=16, n=3, temperature=1.0, seed=7)):
+            pieces: dict[int, list[str]] = {}
+            plain = asyncio.run(vllm_backend.chat(msgs, params))
+            streamed = asyncio.run(vllm_backend.chat(msgs, dataclasses.replace(
+                params, on_token=lambda i, text: pieces.setdefault(i, []).append(text))))
+            for p, s in zip(plain.choices, streamed.choices):
+                assert (s.text, s.token_ids, s.finish_reason) == (p.text, p.token_ids, p.finish_reason)
+                assert s.logprobs == pytest.approx(p.logprobs, abs=1e-4)
+            assert streamed.usage == plain.usage
+            for i, choice in enumerate(streamed.choices):
+                assert "".join(pieces[i]) == choice.text
+                assert len(pieces[i]) >= len(choice.token_ids) // 2  # an engine step's delta: a token or a few
 
     def test_structured_output_parses_every_time(vllm_backend):
         prompts = [f"Question {i}: {p} Reply with the route to use." for i, p in enumerate(PROMPTS * 2)]

@@ -1,8 +1,10 @@
-"""The bundled sample corpus `make run` indexes: real ChromaDB + embeddings, idempotent, searchable."""
+"""The bundled sample corpus `make run` indexes: real ChromaDB + embeddings, idempotent, searchable; and
+how the demo marks answers against the gold."""
 
 import pytest
 
-from agentrt.app.commands.run import DEMO_CORPUS, _index_sample_corpus
+from agentrt.app.commands.demo import DEMO_CORPUS, check, load_questions
+from agentrt.app.commands.demo import index_sample_corpus as _index_sample_corpus
 from agentrt.core.config import Settings
 
 
@@ -37,3 +39,24 @@ def test_the_router_sees_how_well_the_index_covers_a_question(agentrt_home):
     r = agent.run("Were Scott Derrickson and Ed Wood of the same nationality?", budget=2000,
                   router="rules", route=None)
     assert r.decision["features"]["coverage"] == covered
+
+
+def test_the_demo_marks_wrong_answers_with_their_gold():
+    assert check({"answer": "42"}, "12 + 30 = 42.", "reason") == (True, "✓ right")
+    assert check({"answer": "42"}, "The answer is 32.", "reason") == (False, "✗ wrong (gold: 42)")
+    assert check({"answer": "no"}, "No, only one of them is.", "plan")[0] is True
+    assert check({"answer": "yes"}, "They are both American, yes.", "plan") == (False, "✗ wrong (gold: yes)")
+    assert check({"answer": "Paris"}, "The capital of France is Paris.", "direct")[0] is True
+    assert check({"answer": "Terry Richardson"}, "Annie Morton is older.", "plan") == (
+        False, "✗ wrong (gold: Terry Richardson)")
+    assert check({"unanswerable": True}, "I don't know.", "abstain") == (True, "✓ abstained: nobody can know")
+    assert check({"unanswerable": True}, "Number 7 will win.", "direct")[0] is False
+    assert check({}, "anything", "direct") == (None, "-")
+
+
+def test_the_demo_questions_say_what_a_right_answer_is():
+    questions = load_questions()
+    assert 3 <= len(questions) <= 8
+    assert all("route" not in q for q in questions)  # the router chooses; nothing is forced
+    assert all(q.get("answer") is not None or q.get("unanswerable") for q in questions)
+    assert any(q.get("compare") for q in questions) and any(q.get("unanswerable") for q in questions)

@@ -102,6 +102,31 @@ def test_prefix_cache_reuses_the_kv_of_an_earlier_prompt(embedded):
     assert ref[0, ids.shape[1]:].tolist() == b.choices[0].token_ids
 
 
+def test_next_turn_reuses_the_kv_of_the_answer_just_generated(embedded):
+    """A batch's finished rows leave their prompt-and-answer KV in the prefix cache: the next turn, which
+    starts with that answer, prefills only its new message, and its tokens are still what generate gives
+    for the whole prompt."""
+    import torch
+
+    questions = [[Message("user", f"Name a famous {x} city in one sentence.")] for x in ("French", "Italian")]
+
+    async def both(msgs, params):
+        return await asyncio.gather(*(embedded.chat(m, params) for m in msgs))
+
+    firsts = asyncio.run(both(questions, GenParams(max_tokens=24)))
+    follows = [[*q, Message("assistant", c.text), Message("user", "And another one?")]
+               for q, c in zip(questions, firsts)]
+    cached_before = embedded.stats.prefix_cached_tokens
+    seconds = asyncio.run(both(follows, GenParams(max_tokens=12)))
+    reused = embedded.stats.prefix_cached_tokens - cached_before
+    # more than the earlier prompts: most of each answer came from the cache too
+    assert reused > sum(len(c.prompt_token_ids) + len(c.choices[0].token_ids) // 2 for c in firsts)
+    for c in seconds:
+        ids = torch.tensor([c.prompt_token_ids])
+        ref = embedded.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+        assert ref[0, ids.shape[1]:].tolist() == c.choices[0].token_ids
+
+
 def test_max_tokens_stop_and_n_with_seed(embedded):
     c = embedded.chat_sync(FRANCE, GenParams(max_tokens=3))
     assert c.finish_reason == "length" and len(c.choices[0].token_ids) == 3

@@ -1,4 +1,8 @@
-"""`agentrt chat` driven in a real terminal (a pty, via pexpect), on the embedded model."""
+"""`agentrt chat` driven in a real terminal (a pty, via pexpect), on the embedded model.
+
+What the terminal showed is read back from the pty's log (rich's escape codes included): the answer
+must appear word by word while it is generated, and the thought in rich's "dim" style (SGR 2).
+"""
 
 from __future__ import annotations
 
@@ -56,9 +60,15 @@ def test_chat_in_a_real_terminal(agentrt_home: Path, tmp_path: Path):
         child.expect_exact(PROMPT)
         assert json.loads(saved.read_text().splitlines()[0])["trajectory_id"] == first_id
 
-        # Ctrl-C in the middle of a turn cancels it; the trajectory is saved as cancelled.
+        # thoughts stream too, dimmed: a reason turn that finishes
         child.sendline("/route reason")
         child.expect_exact(PROMPT)
+        child.sendline("What is 3 + 4?")
+        child.expect(r"route=reason tokens=\d+/400 status=\w+ trajectory=([0-9a-f]{32})")
+        reason_id = child.match.group(1)
+        child.expect_exact(PROMPT)
+
+        # Ctrl-C in the middle of a turn cancels it; the trajectory is saved as cancelled.
         child.sendline("/budget 1500")
         child.expect_exact(PROMPT)
         child.sendline("Explain step by step why the sky is blue, in detail.")
@@ -76,6 +86,17 @@ def test_chat_in_a_real_terminal(agentrt_home: Path, tmp_path: Path):
         if child.isalive():
             child.terminate(force=True)
     assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
+    shown = (tmp_path / "terminal.log").read_text()
+    records = {r["run_id"]: r for r in _records(agentrt_home)}
+    # the direct answer was drawn word by word, each partial answer a frame of the live view
+    words = records[first_id]["answer"].split()
+    partial = [" ".join(words[:k]) for k in range(1, len(words)) if f"\n{' '.join(words[:k])}\nbudget" in shown]
+    assert len(partial) >= 3, (words, partial)
+    # the reason turn's thought was drawn dimmed while it streamed, then its answer in the answer panel
+    think = next(s for s in records[reason_id]["steps"] if s.get("name") == "think")
+    first_line = think["completions"][0].strip().splitlines()[0][:20]
+    assert "\x1b[2m" + first_line in shown, first_line
+    assert records[reason_id]["answer"].splitlines()[0][:40] in shown
     statuses = {r["run_id"]: r["status"] for r in _records(agentrt_home)}
     assert statuses[first_id] in ("ok", "truncated")
     assert "cancelled" in statuses.values()

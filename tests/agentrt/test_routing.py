@@ -208,3 +208,18 @@ def test_self_router_scores_labels_with_the_embedded_model(agent):
     [score] = [s for s in rec.steps if s["kind"] == "score"]
     assert score["usage"]["prompt_tokens"] > 0
     assert rec.budget["spent"] == r.usage.total_tokens <= 600
+
+
+def test_auto_is_the_default_and_falls_back_to_rules_when_no_router_ships(tmp_path, monkeypatch):
+    from agentrt.routing import registry
+    from agentrt.routing.rules import RulesRouter
+
+    assert Settings().router == "auto"
+    monkeypatch.setattr(registry, "SHIPPED_DIR", tmp_path / "none")
+    assert isinstance(make_router("auto", Settings()), RulesRouter)
+    agent = Agent(policy=ScriptedBackend(["Paris"]))
+    r = agent.run("What is the capital of France?", budget=200)
+    step = next(s for s in find_record(agent.writer.path, r.trajectory_id).steps if s["kind"] == "route_decision")
+    # hand-set priors are not calibrated for any policy; no learned router decided
+    assert step["router"] == "rules" and step["calibrated"] is False and step["router_version"] == ""
+    assert r.decision["calibrated"] is False

@@ -34,7 +34,10 @@ def test_stream_yields_typed_events_on_the_embedded_model(agent, agentrt_home):
     assert [b.spent for b in budgets] == sorted(b.spent for b in budgets) and budgets[-1].total == 300
     result = events[-1].result
     assert budgets[-1].spent == result.usage.total_tokens <= 300
-    assert [t.step for t in events if isinstance(t, TokenDelta)] == [s.name for s in starts]
+    # model calls stream their text token by token; the answer arrives as answer (not thought) text
+    deltas = [t for t in events if isinstance(t, TokenDelta)]
+    assert len(deltas) > len(starts) and {t.step for t in deltas} <= {s.name for s in starts} | {"answer"}
+    assert any(not t.thought and t.route == result.route for t in deltas)
     record = _records(agentrt_home)[-1]
     assert record["run_id"] == events[0].run_id == result.trajectory_id
     assert all(isinstance(e.to_dict()["type"], str) for e in events)

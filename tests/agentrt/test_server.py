@@ -38,7 +38,8 @@ def test_models_and_health(server):
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{base}/v1", api_key="unused")
-    assert [m.id for m in client.models.list().data] == ["agentrt"]
+    # by default: agentrt, and the policy's own name (vLLM's default served name)
+    assert [m.id for m in client.models.list().data] == ["agentrt", "SmolLM2-135M-Instruct"]
     assert httpx.get(f"{base}/healthz").json()["status"] == "ok"
 
 

@@ -28,7 +28,7 @@ SETTINGS_SAMPLES = {
     "tracing": ("console", "console"),
     "corpus": ("hotpotqa", "hotpotqa"),
     "memory_store": ("http://chroma:8000", "http://chroma:8000"),
-    "allow_python": ("true", True),
+    "allow_python": ("unsafe", "unsafe"),
     "router": ("learned:router.json", "learned:router.json"),
     "router_lambda": ("0.5", 0.5),
     "router_floors": ('{"plan": 0.4, "reason": 0.2}', {"plan": 0.4, "reason": 0.2}),
@@ -37,6 +37,8 @@ SETTINGS_SAMPLES = {
     "cascade_threshold": ("-1.5", -1.5),
     "temperature": ("0.6", 0.6),
     "episodic_memory": ("1", True),
+    "embed_threads": ("2", 2),
+    "embed_quantize": ("false", False),
 }
 PLAN_SAMPLES = {
     "planner": ("heuristic", "heuristic"),

@@ -242,7 +242,7 @@ def test_the_planner_plans_from_the_index_hits():
     ctx, _ = _ctx(backend)
     _run(ctx)
     plan_prompt = next(m for m, p in backend.calls if "steps" in (p.json_schema or {}).get("properties", {}))
-    assert "Background:" in plan_prompt[-1].content and "- Arthur's Magazine:" in plan_prompt[-1].content
+    assert "Background:" in plan_prompt[-1].content and '<document title="Arthur\'s Magazine">' in plan_prompt[-1].content
 
 
 def test_structured_hits_reach_synthesis_unparsed():
@@ -255,7 +255,8 @@ def test_structured_hits_reach_synthesis_unparsed():
     assert finding["passages"] == [{**hit, "text": "First part. Second part."}]
     messages, params = backend.calls[-1]
     assert params.json_schema["properties"]["citations"]["items"]["enum"] == ["doc]7 [v2]"]
-    assert "passage [doc]7 [v2]] Annual report (score 9): First part. Second part." in messages[-1].content
+    assert ('<document id="doc]7 [v2]" source="corpus" title="Annual report (score 9)">\nFirst part. Second part.\n'
+            '</document>') in messages[-1].content
     assert state["citations"] == ["doc]7 [v2]"]
 
 

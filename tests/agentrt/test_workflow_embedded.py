@@ -14,7 +14,7 @@ from agentrt.routes.context import RunContext
 from agentrt.routes.plan import PlanSettings, run_plan
 from planners import LLMPlanner, Plan, Step, plan_schema
 from planners.llm import plan_tokens
-from agentrt.core.types import GenParams, Message
+from agentrt.core.types import GenParams
 
 QUESTION_INDEX = 8  # "Who is older, Annie Morton or Terry Richardson?" (HotpotQA dev, comparison)
 

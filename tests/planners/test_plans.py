@@ -120,7 +120,8 @@ def test_llm_planner_plans_up_to_its_fanout():
 
     async def complete(messages: list[Message], params: GenParams) -> Completion:
         assert params.json_schema["properties"]["steps"]["maxItems"] == 8 and params.max_tokens == plan_tokens(8)
-        assert "Background:\n- Paris: Paris is the capital" in messages[-1].content  # the hits it was given
+        # the hits it was given, quoted as untrusted data
+        assert 'Background:\n<document title="Paris">\nParis is the capital' in messages[-1].content
         return _completion(json.dumps({"steps": steps}))
 
     hits = [{"id": "d1", "title": "Paris", "text": "Paris is the capital of France.", "score": 0.9}]

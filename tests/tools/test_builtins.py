@@ -37,18 +37,19 @@ def run(tool, args):
 def test_search_returns_ids_titles_scores_for_citation():
     search = make_search_tool(searcher, passage_chars=40)
     out = run(search, {"query": "france", "k": 2}).output
-    first, second = out.split("\n\n")
-    assert first == "[d1] Paris (score 0.910)\nParis is the capital of France."
-    assert second.startswith("[d2] Lyon (score 0.420)\nLyon is a city") and second.endswith("…")
+    first, second = out.split("\n</document>\n")  # each hit quoted as untrusted data
+    assert first == '<document id="d1" source="search" title="Paris" score="0.910">\nParis is the capital of France.'
+    assert second.startswith('<document id="d2" source="search" title="Lyon" score="0.420">\nLyon is a city')
+    assert second.endswith("…\n</document>")
     assert run(search, {"query": "tokyo"}).output == "no results"
     # the same hits, structured, for the runtime (the plan route cites from these, never from the text)
     assert run(search, {"query": "france", "k": 2}).data == [
         {"id": "d1", "title": "Paris", "text": "Paris is the capital of France.", "score": 0.91},
-        {"id": "d2", "title": "Lyon", "text": second.split("\n", 1)[1], "score": 0.42}]
+        {"id": "d2", "title": "Lyon", "text": second.split("\n")[1], "score": 0.42}]
     assert run(search, {"query": "tokyo"}).data == []
     assert run(search, {"query": "  "}).error == "the query is empty; pass a few words to search for"
     dict_hits = make_search_tool(lambda q, k: [{"id": 7, "title": "T", "text": "x", "score": None}])
-    assert run(dict_hits, {"query": "x"}).output == "[7] T\nx"
+    assert run(dict_hits, {"query": "x"}).output == '<document id="7" source="search" title="T">\nx\n</document>'
     assert run(dict_hits, {"query": "x"}).data == [{"id": "7", "title": "T", "text": "x", "score": None}]
     with pytest.raises(InputError):
         make_search_tool("not callable")  # type: ignore[arg-type]
@@ -56,10 +57,11 @@ def test_search_returns_ids_titles_scores_for_citation():
 
 def test_fetch_by_id():
     fetch = make_fetch_tool(DOCS.get, max_chars=40)
-    assert run(fetch, {"doc_id": "[d1]"}).output == "[d1] Paris\nParis is the capital   of France."
+    assert run(fetch, {"doc_id": "[d1]"}).output == ('<document id="d1" source="fetch" title="Paris">\n'
+                                                     'Paris is the capital   of France.\n</document>')
     assert run(fetch, {"doc_id": "[d1]"}).data == {"id": "d1", "title": "Paris", "text": DOCS["d1"].text,
                                                     "truncated": False}
-    assert run(fetch, {"doc_id": "d2"}).output.endswith(" [truncated]")
+    assert run(fetch, {"doc_id": "d2"}).output.endswith(" [truncated]\n</document>")
     assert run(fetch, {"doc_id": "d2"}).data["truncated"] is True
     assert run(fetch, {"doc_id": "nope"}).error == "no document with id 'nope'; use an id from a search result"
 
@@ -83,7 +85,8 @@ def test_memory_read_write_roundtrip():
     assert (read.name, write.name) == ("memory_read", "memory_write")
     assert run(write, {"note": "The user prefers metric units."}).output == "saved as note-1"
     assert store.notes[0][1] == {"source": "agent"}
-    assert run(read, {"query": "metric"}).output == "[note-1] (score 1.000)\nThe user prefers metric units."
+    assert run(read, {"query": "metric"}).output == ('<document id="note-1" source="memory" score="1.000">\n'
+                                                     'The user prefers metric units.\n</document>')
     assert run(read, {"query": "metric"}).data == [
         {"id": "note-1", "title": "", "text": "The user prefers metric units.", "score": 1.0}]
     assert run(write, {"note": "x" * 51}).error.startswith("the note is longer than 50")

@@ -11,6 +11,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--route", help="force a route (default: the router decides)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
     p.add_argument("--approve-plans", action="store_true", help="ask before running each plan")
+    from agentrt.app.commands.run import add_corpus_arg
+
+    add_corpus_arg(p)
     p.set_defaults(func=cmd_chat)
 
 

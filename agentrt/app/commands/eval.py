@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, help="sampling temperature of the runs (default: 0 = greedy with "
                    "--samples 1, 0.7 with more samples, so samples differ)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    from agentrt.app.commands.run import add_corpus_arg
+
+    add_corpus_arg(p)  # default: the suite's own corpus file, when its items name one
     p.add_argument("--out", required=True, help="output folder (results.jsonl, report.md/json, PNGs); reused to resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     from agentrt.batch.executors import add_executor_args
@@ -38,14 +41,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentrt.app.commands.run import preflight
     from agentrt.core.config import load_settings
     # The eval harness sits above the runtime: imported here, lazily, and only by this command.
-    from evals.runner import EvalConfig, evaluate, resolve_temperature, validate
+    from evals.runner import EvalConfig, evaluate, resolve_temperature, runtime_specs, suite_corpus, validate
 
     config = EvalConfig(suites=args.suite, routers=args.router or ["fixed:direct", "fixed:reason", "rules"],
                         budget=args.budget, limit=args.limit, samples=args.samples, workers=args.workers,
                         seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples), out=args.out)
-    routers, _ = validate(config)  # bad input fails before the model loads
+    routers, suites = validate(config)  # bad input fails before the model loads
     settings = load_settings(args.config, policy=args.policy)
-    preflight(settings, budget=args.budget, routers=[r.spec for r in routers if getattr(r, "spec", None)])
+    # The plan route searches --corpus, else the suite's corpus file (indexed here, once), else the setting.
+    own = suite_corpus([item for s in suites for item in s.items[:args.limit]])
+    corpus = args.corpus or (own if own and settings.corpus == "default" else None)
+    preflight(settings, budget=args.budget, routers=runtime_specs(routers), corpus=corpus)
     agent = Agent(settings)
     config.policy = agent.settings.policy
     from agentrt.batch.executors import executor_from_args

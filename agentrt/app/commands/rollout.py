@@ -49,7 +49,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from agentrt.trajectory import TrajectoryWriter
     # The eval harness sits above the runtime: imported here, lazily, and only by this command.
     from evals.routers import make_router
-    from evals.runner import EvalConfig, plan_tasks, resolve_temperature, run_tasks
+    from evals.runner import EvalConfig, plan_tasks, resolve_temperature, run_tasks, runtime_specs, suite_corpus
     from evals.suites import load_suite
 
     for name in ("samples", "budget", "workers", "limit"):
@@ -59,7 +59,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     router = make_router(args.router)  # bad input fails before anything loads
     suites = [load_suite(s) for s in dict.fromkeys(args.suite)]
     settings = load_settings(args.config, policy=args.policy)
-    preflight(settings, budget=args.budget, routers=[router.spec] if getattr(router, "spec", None) else [])
+    # the plan route searches the suites' corpus file, indexed here (once), unless the settings name one
+    own = suite_corpus([item for s in suites for item in s.items[:args.limit]])
+    preflight(settings, budget=args.budget, routers=runtime_specs([router]),
+              corpus=own if own and settings.corpus == "default" else None)
     executor = executor_from_args(args)
     config = EvalConfig(suites=args.suite, routers=[args.router], budget=args.budget, limit=args.limit,
                         samples=args.samples, workers=args.workers, seed=args.seed,

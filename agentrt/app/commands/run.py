@@ -1,16 +1,17 @@
-"""``agentrt run`` (one question) and ``agentrt demo`` (the sample questions ``make run`` shows).
+"""``agentrt run`` (one question), and the checks every model-loading command shares.
 
-``preflight`` is the check every model-loading command (run, chat, eval, rollout) makes first: each
+``preflight`` is the check every model-loading command (run, chat, serve, eval, rollout) makes first: each
 argument and setting is validated before a model loads, so a mistake costs a fraction of a second, not
-the ~10 s of importing torch and loading the weights.
+the seconds of importing torch and loading the weights. ``--corpus`` is resolved there too
+(``agentrt.app.corpus``): a collection that must exist, or files indexed once.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from importlib import resources
 from typing import Any
 
 from agentrt.core.types import ROUTES
@@ -28,12 +29,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="reason route: draw N samples in one batched call and keep the majority answer (default 1)")
     p.add_argument("--policy", help="policy backend spec: hf:embedded (default), vllm:embedded|DIR, openai:URL[,URL]#MODEL")
     p.add_argument("--planner", help="planner backend spec (default: the policy's); same spec = one shared model")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_corpus_arg(p)
+    p.add_argument("--json", action="store_true", help="print the result as JSON (citations under \"sources\")")
     p.set_defaults(func=cmd_run)
 
-    d = sub.add_parser("demo", help="answer the bundled sample questions on the embedded model")
-    d.add_argument("--budget", type=int, default=1024, help="token budget per question (default 1024)")
-    d.set_defaults(func=cmd_demo)
+
+CORPUS_HELP = ("what the plan route searches: NAME of an indexed collection (see `agentrt index`), or PATH of a "
+               ".txt/.md/.jsonl file or folder, indexed once into a collection named after it and its content "
+               "(default: setting corpus, $AGENTRT_CORPUS, else 'default')")
+
+
+def add_corpus_arg(p: argparse.ArgumentParser) -> None:
+    """``--corpus NAME|PATH`` (run, chat, serve, eval): resolved by ``preflight`` before a model loads."""
+    p.add_argument("--corpus", metavar="NAME|PATH", help=CORPUS_HELP)
 
 
 def _agent(args: argparse.Namespace, **checks: Any):
@@ -43,19 +51,22 @@ def _agent(args: argparse.Namespace, **checks: Any):
 
     settings = load_settings(args.config, policy=getattr(args, "policy", None), planner=getattr(args, "planner", None),
                              router=getattr(args, "router", None))
-    preflight(settings, **checks)
+    preflight(settings, corpus=getattr(args, "corpus", None), **checks)
     return Agent(settings)
 
 
 def preflight(settings: Any, *, question: str | None = None, budget: int | None = None, route: str | None = None,
-              routers: list[str] | None = None, thinking_cap: int | None = None, samples: int = 1) -> None:
+              routers: list[str] | None = None, thinking_cap: int | None = None, samples: int = 1,
+              corpus: str | None = None) -> None:
     """Validate what a command will run with, loading no model (a UserError, exit code 2, when wrong).
 
     Backend specs; the question (non-empty valid Unicode); budget, route, thinking cap, samples; the router
     specs (``routers``, default ``[settings.router]``; none when ``route`` skips the router): their form, the file of
-    ``learned:PATH``, and that ``self`` has a policy that can score (hf); the corpus name, and for the plan
-    route that its collection exists; the question's length against the policy's context and the budget,
-    counted with its tokenizer alone (``check_length``).
+    ``learned:PATH``, and that ``self`` has a policy that can score (hf); the question's length against the
+    policy's context and the budget, counted with its tokenizer alone (``check_length``); last, the corpus:
+    ``corpus`` (``--corpus NAME|PATH``) must name a collection that exists or files to index (indexed here,
+    once; ``settings.corpus`` is set to the collection), else ``settings.corpus`` must be a valid name and,
+    when the plan route will search it, exist.
     """
     from agentrt.app.inputs import check_request
     from agentrt.backends import parse_spec
@@ -82,34 +93,26 @@ def preflight(settings: Any, *, question: str | None = None, budget: int | None 
             if spec == "self" and parse_spec(settings.policy.strip())[0] != "hf":
                 raise ConfigError(f"the self router scores with the policy model and needs an hf:... policy; "
                                   f"{settings.policy} cannot score text")
-    _check_corpus(settings, needed=route == "plan" or "fixed:plan" in specs)
     if question is not None:
         check_length(settings, question, total)
+    check_corpus(settings, corpus, needed=route == "plan" or "fixed:plan" in specs)
 
 
-def _check_corpus(settings: Any, *, needed: bool) -> None:
-    """The corpus name is a valid collection name; when the plan route will search it, that it exists
-    (a local store that does not exist yet holds nothing; one that does is opened: ~1.5 s, no model)."""
-    import re
-    from pathlib import Path
+def check_corpus(settings: Any, corpus: str | None, *, needed: bool) -> None:
+    """``--corpus`` resolved into ``settings.corpus`` (a NAME that exists, a PATH indexed once); without
+    it, the setting's name is checked, and when the plan route will search it, that it exists (a local
+    store is opened: ~1.5 s, no model; a server is asked when the route runs)."""
+    from agentrt.app.corpus import check_name, require_collection, resolve_corpus
+    from memory.corpus import resolve_location
 
-    from agentrt.core.errors import ConfigError, InputError
-
-    # Chroma's rule, as memory.chroma._check_name applies it (that module imports chromadb: ~1.5 s)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]", settings.corpus or ""):
-        raise InputError(f"bad corpus name {settings.corpus!r}: use 3-512 letters, digits, '.', '_' or '-', "
-                         "starting and ending with a letter or digit")
-    if not needed:
+    if corpus is not None:
+        settings.corpus = resolve_corpus(settings, corpus, announce=lambda line: print(f"agentrt: {line}",
+                                                                                       file=sys.stderr, flush=True))
         return
-    from memory.corpus import open_corpus, resolve_location
-
+    check_name(settings.corpus)
     location = resolve_location(settings)
-    if location.startswith(("http://", "https://")) or location == ":memory:":
-        return  # a server is asked when the route runs
-    if not Path(location).expanduser().exists():
-        raise ConfigError(f"no collection {settings.corpus!r} in memory store {location} (have: none); "
-                          "create it with `agentrt index`")
-    open_corpus(location, settings.corpus)
+    if needed and not location.startswith(("http://", "https://")) and location != ":memory:":
+        require_collection(settings, settings.corpus)
 
 
 def check_length(settings: Any, question: str, budget: int) -> None:
@@ -169,66 +172,50 @@ def cmd_run(args: argparse.Namespace) -> int:
         tools = builtin_tools(agent.settings)
     result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap,
                        samples=args.samples, tools=tools)
+    sources = []
+    if result.citations:
+        from agentrt.app.corpus import titles
+
+        sources = titles(agent.settings, result.citations)
     if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False))
+        print(json.dumps({**result.to_dict(), "sources": sources}, ensure_ascii=False))
     else:
         print(result.answer)
+        if sources:
+            print(f"sources ({agent.settings.corpus}):")
+            for n, src in enumerate(sources, 1):
+                print(f"  [{n}] {src['title'] or '(untitled)'}  id={src['id']}")
         print(
             f"[route={result.route} tokens={result.usage.total_tokens}/{result.budget} "
             f"status={result.status} trajectory={result.trajectory_id}]",
             file=sys.stderr,
         )
+    exit_now(agent)
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Index the bundled sample corpus (once), then answer the sample questions: the router picks the
-    route for most; one comparison question runs plan-then-parallel-search over the corpus."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    questions = [
-        json.loads(line)
-        for line in resources.files("agentrt.data").joinpath("demo_questions.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
-    with console.status("loading the embedded model (SmolLM2-135M, CPU)..."):
-        agent = _agent(args)
-        agent.settings.corpus = DEMO_CORPUS
-        agent.policy  # noqa: B018 - load now, under the spinner
-    with console.status("indexing the bundled sample corpus (239 HotpotQA paragraphs, embedded ChromaDB)..."):
-        indexed = _index_sample_corpus(agent.settings)
-    console.print(f"corpus '{DEMO_CORPUS}': {indexed} passages in {agent.settings.home / 'memory'}")
-    table = Table(title=f"agentrt demo on {agent.policy.name}")
-    for col in ("question", "route (why)", "answer", "tokens used / budget", "status"):
-        table.add_column(col, overflow="fold")
-    for item in questions:
-        budget = item.get("budget", args.budget)
-        with console.status(f"answering: {item['question']}"):
-            r = agent.run(item["question"], budget=budget, route=item.get("route"))
-        answer = r.answer + (f"\n[cites {', '.join(r.citations)}]" if r.citations else "")
-        why = r.reason.split(";")[0] if r.decision else "given"
-        table.add_row(item["question"], f"{r.route} ({why})", answer, f"{r.usage.total_tokens} / {budget}", r.status)
-    console.print(table)
-    console.print(f"trajectories: {agent.writer.path}")
-    return 0
-
-
-DEMO_CORPUS = "sample"
-
-
-def _index_sample_corpus(settings) -> int:
-    """Index agentrt/data/sample_corpus.jsonl into the 'sample' collection; a no-op once done."""
+def exit_now(agent: Any) -> None:
+    """End the process here, skipping the interpreter's teardown (~1 s of freeing torch and
+    transformers), when this process is the ``agentrt`` command itself (not a program calling
+    ``cli.main``) and nothing is left to finish: the trajectory is already on disk (written and fsynced
+    before ``run`` returned), output is flushed, and no part of the run relies on exit handlers: no
+    tracing exporter, no episodic memory or files indexed by this process (Chroma writes), no vLLM engine
+    (its atexit shutdown). Otherwise it returns and the process exits normally."""
     from pathlib import Path
 
-    from memory.corpus import open_corpus, resolve_location
-    from memory.ingest import file_chunks, ingest
+    from agentrt.app import corpus
+    from agentrt.backends import parse_spec
 
-    with resources.as_file(resources.files("agentrt.data").joinpath("sample_corpus.jsonl")) as path:
-        chunks = list(file_chunks(Path(path)))
-    corpus = open_corpus(resolve_location(settings), DEMO_CORPUS, create=True)
-    if corpus.count() < len(chunks):
-        ingest(corpus.store, chunks)
-        corpus.invalidate()
-    return corpus.count()
+    entry = Path(sys.argv[0])
+    if not (entry.name == "agentrt" or (entry.name == "cli.py" and entry.parent.name == "app")):
+        return
+    s = agent.settings
+    kinds = {parse_spec(spec.strip())[0] for spec in (s.policy, s.planner) if spec}
+    if s.tracing != "none" or s.episodic_memory or corpus.wrote_this_process() or not kinds <= {"hf", "openai"}:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # a closed pipe: let the normal exit report it
+    os._exit(0)

@@ -14,6 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    from agentrt.app.commands.run import add_corpus_arg
+
+    add_corpus_arg(p)  # --corpus NAME|PATH: what the plan route searches
     p.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes (default 1 MiB)")
     p.add_argument("--max-concurrency", type=int, default=64, help="runs served at once; more wait (default 64)")
     p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}; "
@@ -21,9 +24,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--insecure", action="store_true",
                    help="allow binding a non-loopback address without an API key (anyone who reaches it can run the model)")
     p.add_argument("--max-budget", type=int, metavar="N",
-                   help="largest token budget one request may ask for (a request without one gets min(default, N))")
+                   help="largest token budget one request may ask for (a request without one gets the default, "
+                        "sized to its prompt, at most N)")
     p.add_argument("--request-timeout", type=float, metavar="S",
                    help="cancel a run that takes longer than S seconds (answered 504, saved as cancelled)")
+    p.add_argument("--served-model-name", nargs="+", metavar="NAME",
+                   help="the model name(s) /v1/models lists and requests may ask for; any other is a 404 "
+                        "(default: agentrt and the policy's name)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -59,15 +66,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InputError(f"--max-budget must be a positive number of tokens, got {args.max_budget}")
     if args.request_timeout is not None and not 0 < args.request_timeout < float("inf"):
         raise InputError(f"--request-timeout must be a positive number of seconds, got {args.request_timeout}")
+    names = args.served_model_name
+    if names is not None and not all(n.strip() and n.isprintable() and not any(c.isspace() for c in n) for n in names):
+        raise InputError("--served-model-name takes non-empty names without spaces, e.g. --served-model-name agentrt")
     key, warning = door(args)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    agent = Agent(load_settings(args.config, policy=args.policy))
+    from agentrt.app.commands.run import check_corpus
+
+    settings = load_settings(args.config, policy=args.policy)
+    check_corpus(settings, args.corpus, needed=False)  # before the model loads: exists, or indexed once
+    agent = Agent(settings)
     print(f"agentrt serve: loading {agent.settings.policy} ...", file=sys.stderr, flush=True)
     agent.policy  # noqa: B018 - load now, so /healthz answers only when ready
     lock = " (API key required)" if key else ""
-    print(f"agentrt serve: listening on http://{args.host}:{args.port} (OpenAI API at /v1){lock}", file=sys.stderr,
-          flush=True)
+    from agentrt.app.server import served_names
+
+    print(f"agentrt serve: listening on http://{args.host}:{args.port} (OpenAI API at /v1; models: "
+          f"{', '.join(served_names(agent, names))}){lock}", file=sys.stderr, flush=True)
     serve(agent, args.host, args.port, max_body=args.max_body, max_concurrency=args.max_concurrency, api_key=key,
-          max_budget=args.max_budget, request_timeout=args.request_timeout)
+          max_budget=args.max_budget, request_timeout=args.request_timeout, served_model_names=names)
     return 0

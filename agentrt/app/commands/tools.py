@@ -44,8 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _settings(args: argparse.Namespace):
     from agentrt.core.config import load_settings
 
-    return load_settings(args.config, allow_python=True if args.allow_python else None,
-                         policy=getattr(args, "policy", None))
+    settings = load_settings(args.config, policy=getattr(args, "policy", None))
+    if getattr(args, "allow_python", False) and not settings.allow_python:  # the flag keeps a configured "unsafe"
+        settings = settings.model_copy(update={"allow_python": True})
+    return settings
 
 
 def cmd_list(args: argparse.Namespace) -> int:

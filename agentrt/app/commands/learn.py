@@ -1,0 +1,242 @@
+"""``agentrt learn``: explore, train a router off-policy, evaluate it on a held-out slice, promote or refuse.
+
+    agentrt learn gsm8k simpleqa unanswerable my-suite.jsonl ~/.cache/agentrt/trajectories \\
+        --limit 40 --budget 384 --out learn-out
+
+1. Explore: every item of the named suites (built-in names, ``unanswerable`` = evals/data/unanswerable-dev.jsonl,
+   custom JSONL) runs once under the incumbent router with exploration (softmax ``--temperature`` over its
+   utilities mixed with ``--epsilon`` uniform; the chosen action's propensity is logged). The runs are
+   trajectories under OUT/trajectories and OUT/explore/results.jsonl; a rerun skips every item already done.
+   A folder of logged trajectories with rewards is used as is (no runs).
+2. Learn (agentrt.train.learn): train on the training slice, evaluate candidate vs incumbent on the held-out
+   slice, promote only when the DR value's lower bound beats the incumbent and ECE does not regress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("learn", help="explore, train the router off-policy, evaluate it held out, promote if better")
+    p.add_argument("suites", nargs="+", metavar="SUITE",
+                   help="built-in suite (gsm8k, simpleqa, ifeval, math500, unanswerable, ...), FILE.jsonl, "
+                        "or a folder of logged trajectories with rewards")
+    p.add_argument("--limit", type=int, help="first K items of each suite")
+    p.add_argument("--budget", type=int, default=512, help="token budget per explore run (default 512)")
+    p.add_argument("--samples", type=int, default=1, help="explore runs per item (default 1; raise it for more data)")
+    p.add_argument("--epsilon", type=float, default=0.3, help="uniform exploration share (default 0.3)")
+    p.add_argument("--temperature", type=float, default=0.1,
+                   help="softmax temperature over the incumbent's utilities (default 0.1)")
+    p.add_argument("--lambda", dest="lam", type=float, default=0.3, help="token price in the utility (default 0.3)")
+    p.add_argument("--holdout", type=float, default=0.3, help="share of questions held out for evaluation (default 0.3)")
+    p.add_argument("--folds", type=int, default=5, help="cross-fitting folds on the training slice (default 5)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap rounds of the intervals (default 1000)")
+    p.add_argument("--workers", type=int, default=2, help="concurrent explore runs sharing the model (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of exploration and of the held-out split (default 0)")
+    p.add_argument("--logging-router", help="router spec that explores (default: the incumbent, else rules)")
+    p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    p.add_argument("--out", default="learn-out", help="output folder, reused to resume (default learn-out)")
+    p.add_argument("--explore-only", action="store_true", help="run the exploration, do not train")
+    p.add_argument("--no-promote", action="store_true", help="register the candidate but never promote it")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_learn)
+
+
+def _check(args: argparse.Namespace) -> None:
+    from agentrt.core.errors import InputError
+
+    for name in ("budget", "samples", "workers", "folds", "bootstrap"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    if args.limit is not None and args.limit < 1:
+        raise InputError(f"--limit must be a positive integer, got {args.limit}")
+    if not 0 <= args.epsilon <= 1 or args.temperature < 0 or args.lam < 0:
+        raise InputError("--epsilon must be in [0, 1]; --temperature and --lambda must be >= 0")
+    if not 0 < args.holdout < 1:
+        raise InputError(f"--holdout must be between 0 and 1 (a share of questions), got {args.holdout}")
+    if args.folds < 2:
+        raise InputError("--folds must be at least 2")
+
+
+def _load_suites(names: list[str]) -> tuple[list[Any], list[Path]]:
+    """The suites to explore and the trajectory folders/files to learn from as they are."""
+    from agentrt.core.errors import InputError
+    from evals.suites import BUILTIN, DATA_DIR, load_jsonl, load_suite
+
+    suites, logged = [], []
+    for name in dict.fromkeys(names):
+        path = Path(name).expanduser()
+        if name in BUILTIN:
+            suites.append(load_suite(name))
+        elif (DATA_DIR / f"{name}-dev.jsonl").is_file():
+            suites.append(load_jsonl(DATA_DIR / f"{name}-dev.jsonl", name))
+        elif path.is_dir() or (path.is_file() and path.suffix == ".jsonl" and _is_trajectories(path)):
+            logged.append(path)
+        elif path.is_file():
+            suites.append(load_jsonl(path))
+        else:
+            raise InputError(f"{name!r} is neither a built-in suite ({', '.join(BUILTIN)}, unanswerable), a suite "
+                             "file nor a trajectory folder")
+    return suites, logged
+
+
+def _is_trajectories(path: Path) -> bool:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        first = f.readline()
+    try:
+        return isinstance(obj := json.loads(first), dict) and "run_id" in obj and "steps" in obj
+    except json.JSONDecodeError:
+        return False
+
+
+# The budget the exploring router believes it has: the incumbent never considers an action it expects to
+# overrun the run's budget (with the rules' a-priori costs, reason at a budget under ~700), so a small-budget
+# exploration would never try it. Exploring must try every action; the propensities logged are those of
+# the distribution actually sampled, so the off-policy estimates stay unbiased.
+EXPLORE_BUDGET_VIEW = 4096
+
+
+class _Exploring:
+    """The incumbent router, deciding as if the budget were at least EXPLORE_BUDGET_VIEW."""
+
+    def __init__(self, router: Any) -> None:
+        self.router = router
+        self.name = getattr(router, "name", "explore")
+
+    async def decide(self, question: str, features: dict[str, float], budget: int) -> Any:
+        return await self.router.decide(question, features, max(budget, EXPLORE_BUDGET_VIEW))
+
+
+class ExploreRouter:
+    """The eval harness's router protocol: every item decided by one exploring router object."""
+
+    name = "explore"
+    fixed = False
+
+    def __init__(self, router: Any) -> None:
+        self.router = _Exploring(router)
+
+    def choose(self, item: Any) -> Any:
+        from evals.routers import Choice
+
+        return Choice(None, router=self.router)
+
+
+def explore(args: argparse.Namespace, settings: Any, suites: list[Any], out: Path, incumbent: str) -> Path:
+    """Run (or resume) the exploration; returns the trajectory folder."""
+    import asyncio
+
+    from agentrt.app.agent import Agent
+    from agentrt.routing import ACTIONS, UtilityConfig, make_router
+    from agentrt.routes.plan import corpus_coverage
+    from agentrt.trajectory import TrajectoryWriter
+    from evals.runner import EvalConfig, plan_tasks, run_tasks
+
+    # plan searches the private index: explore it only when one exists for settings.corpus
+    actions = tuple(a for a in ACTIONS if a != "plan" or corpus_coverage(settings) is not None)
+    cfg = UtilityConfig(lam=args.lam, temperature=args.temperature, epsilon=args.epsilon, actions=actions,
+                        floors={a: 0.0 for a in ACTIONS})  # exploring: every action stays possible
+    agent = Agent(settings)
+    router = make_router(incumbent, settings, policy=agent.policy, cfg=cfg)
+    trajectories = out / "trajectories"
+    agent.writer = TrajectoryWriter(trajectories)
+    config = EvalConfig(suites=[s.name for s in suites], routers=["explore"], budget=args.budget, limit=args.limit,
+                        samples=args.samples, workers=args.workers, seed=args.seed, policy=settings.policy,
+                        out=str(out / "explore"))
+    tasks = plan_tasks(suites, [ExploreRouter(router)], args.samples, args.limit)
+    progress = not args.no_progress and sys.stderr.isatty()
+    records = asyncio.run(run_tasks(agent, tasks, config, progress=progress, label="explore"))
+    if not progress:
+        keys = {t.key for t in tasks}
+        print(f"explored: {sum(1 for r in records if r.get('key') in keys)} of {len(tasks)} runs done "
+              f"({len(records)} in {out / 'explore'})", file=sys.stderr)
+    return trajectories
+
+
+def _examples(paths: list[Path]) -> list[Any]:
+    """Rewarded runs from the trajectory folders; a task run twice (a resumed kill) counts once (the last)."""
+    from agentrt.trajectory import ReadReport
+    from agentrt.train.router import load_examples
+
+    read = ReadReport()
+    examples = load_examples(paths, read_report=read)
+    if read.quarantined:
+        print(f"agentrt: warning: {read.quarantine_summary()}", file=sys.stderr)
+    last: dict[str, Any] = {}
+    for i, e in enumerate(examples):
+        last[e.key or f"#{i}"] = e
+    return list(last.values())
+
+
+def cmd_learn(args: argparse.Namespace) -> int:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small solves next to a busy model: one thread is faster
+    from agentrt.core.config import load_settings
+    from agentrt.routing import registry
+    from agentrt.train.learn import Incumbent, learn_round, reliability_markdown
+
+    _check(args)
+    suites, logged = _load_suites(args.suites)  # bad input fails before the model loads
+    settings = load_settings(args.config, policy=args.policy)
+    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    entry = registry.resolve_default(Path(settings.home), fingerprint)
+    incumbent = Incumbent(entry if entry and entry.fingerprint_id == fingerprint.id else None)
+    out = Path(args.out)
+    paths = list(logged)
+    if suites:
+        spec = args.logging_router or (f"learned:{entry.path}" if incumbent.entry else "rules")
+        paths.append(explore(args, settings, suites, out, spec))
+    if args.explore_only:
+        print(f"exploration done: trajectories in {out / 'trajectories'}")
+        return 0
+    report = learn_round(_examples(paths), incumbent, settings, fingerprint,
+                         suites=[s.name for s in suites] + [str(p) for p in logged], lam=args.lam,
+                         holdout=args.holdout, folds=args.folds, seed=args.seed, rounds=args.bootstrap,
+                         promote=not args.no_promote,
+                         extra={"explore": {"budget": args.budget, "epsilon": args.epsilon,
+                                            "temperature": args.temperature, "limit": args.limit,
+                                            "samples": args.samples,
+                                            "logging_router": args.logging_router or incumbent.name}})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
+    (out / "report.md").write_text(reliability_markdown(report))
+    _print(report, incumbent.name)
+    return 0
+
+
+def _print(report: Any, incumbent: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    for line in report.warnings:
+        print(f"agentrt: warning: {line}", file=sys.stderr)
+    r = report.runs
+    table = Table(title=f"held-out slice: {r['heldout']} runs on {r['heldout_questions']} questions "
+                        f"(trained on {r['train']} runs)")
+    for col in ("router", "DR value [95%]", "success", "tokens", "ECE", "AUROC", "abstain P/R", "actions"):
+        table.add_column(col)
+
+    def fmt(x: Any, d: int = 3) -> str:
+        return "-" if x is None else f"{x:.{d}f}"
+
+    for p in [report.candidate, report.incumbent, *report.fixed.values()]:
+        table.add_row(p.name, f"{p.value:+.3f} [{p.interval[0]:+.3f}, {p.interval[1]:+.3f}]", fmt(p.success),
+                      f"{p.tokens:.0f}", fmt(p.ece), fmt(p.auroc), f"{fmt(p.abstain_precision, 2)}/{fmt(p.abstain_recall, 2)}",
+                      " ".join(f"{a}:{n}" for a, n in sorted(p.actions.items())))
+    Console(width=max(140, Console().width)).print(table)
+    print(f"value on train {report.train_value:+.4f} vs held out {report.candidate.value:+.4f}; "
+          f"action mix drift from {incumbent}: {report.drift:.2f}")
+    v = report.verdict
+    print(f"candidate {report.version} vs {incumbent}: difference {v.difference:+.4f} "
+          f"[{v.interval[0]:+.4f}, {v.interval[1]:+.4f}]")
+    if report.promoted:
+        print(f"promoted {report.version}: it is now the default router for this policy (undo: agentrt router rollback)")
+    elif v.promote:
+        print(f"kept {incumbent}: {report.version} would be promoted, but --no-promote was given")
+    else:
+        print(f"kept {incumbent}; {report.version} not promoted: " + "; ".join(v.reasons))

@@ -1,0 +1,105 @@
+"""``agentrt router list | show | promote | rollback``: the learned routers under $AGENTRT_HOME/routers.
+
+The router in use for a policy (the default spec ``auto``) is the last one promoted for its fingerprint,
+else the one shipped with agentrt, else the rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("router", help="the router registry: list, show, promote, rollback")
+    rs = p.add_subparsers(dest="router_command", metavar="ACTION", parser_class=type(p))
+    ls = rs.add_parser("list", help="every router version, which one each policy uses")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=cmd_list)
+    sh = rs.add_parser("show", help="a router's provenance and held-out figures")
+    sh.add_argument("version", nargs="?", help="r001, shipped:NAME (default: the one in use for --policy)")
+    sh.add_argument("--policy", help="policy backend spec (default: the configured one)")
+    sh.set_defaults(func=cmd_show)
+    pr = rs.add_parser("promote", help="make a version the default router for the policy it was trained for")
+    pr.add_argument("version", help="the version to promote: r001, ... (see `agentrt router list`)")
+    pr.set_defaults(func=cmd_promote)
+    rb = rs.add_parser("rollback", help="undo the last promotion for a policy")
+    rb.add_argument("--policy", help="policy backend spec (default: the configured one)")
+    rb.set_defaults(func=cmd_rollback)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _context(args: argparse.Namespace) -> tuple[Path, Any]:
+    from agentrt.core.config import load_settings
+    from agentrt.routing.registry import policy_fingerprint
+
+    settings = load_settings(args.config, policy=getattr(args, "policy", None))
+    return Path(settings.home), policy_fingerprint(None, settings.policy)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentrt.routing import registry
+
+    home, fp = _context(args)
+    in_use = registry.resolve_default(home, fp)
+    state = registry.history(home)
+    current = {vs[-1] for vs in state.values() if vs}
+    rows = []
+    for e in registry.entries(home):
+        h = e.provenance.get("heldout") or {}
+        status = ("in use" if in_use and e.version == in_use.version else
+                  "promoted" if e.version in current else "shipped" if e.shipped else
+                  "previously promoted" if any(e.version in vs for vs in state.values()) else "candidate")
+        rows.append({"version": e.version, "status": status, "policy": e.fingerprint_id or "-",
+                     "date": e.provenance.get("date", "-"), "runs": (e.provenance.get("runs") or {}).get("total"),
+                     "value": h.get("value"), "ece": h.get("ece"),
+                     "verdict": "; ".join((e.provenance.get("verdict") or {}).get("reasons") or []) or
+                                ("promote" if (e.provenance.get("verdict") or {}).get("promote") else "-")})
+    if args.json:
+        print(json.dumps({"policy": fp.id, "in_use": in_use.version if in_use else "rules", "routers": rows}))
+        return 0
+    table = Table(title=f"routers (policy {fp.id}: {in_use.version if in_use else 'rules'} in use)")
+    for col in ("version", "status", "policy", "date", "runs", "held-out value", "ECE", "learn's verdict"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["version"], r["status"], r["policy"], str(r["date"]), str(r["runs"] or "-"),
+                      "-" if r["value"] is None else f"{r['value']:+.4f}", "-" if r["ece"] is None else f"{r['ece']:.4f}",
+                      r["verdict"][:80])
+    Console(width=max(150, Console().width)).print(table)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from agentrt.routing import registry
+
+    home, fp = _context(args)
+    entry = registry.find(home, args.version) if args.version else registry.resolve_default(home, fp)
+    if entry is None:
+        print(f"no learned router for policy {fp.id}: the rules decide (train one with `agentrt learn`)")
+        return 0
+    print(json.dumps({"version": entry.version, "file": str(entry.path), "provenance": entry.provenance}, indent=1))
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from agentrt.routing import registry
+
+    home, _ = _context(args)
+    entry = registry.promote(home, args.version)
+    print(f"promoted {entry.version}: the default router for policy {entry.fingerprint_id}")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from agentrt.routing import registry
+
+    home, fp = _context(args)
+    now = registry.rollback(home, fp.id)
+    fallback = registry.resolve_default(home, fp)
+    print(f"rolled back: policy {fp.id} now uses {now.version if now else (fallback.version if fallback else 'rules')}")
+    return 0

@@ -1,0 +1,65 @@
+"""A model call's streamed text -> ``TokenDelta`` events (``RunContext.call_model`` uses it).
+
+Backends call ``GenParams.on_token`` from their own threads (the hf batcher, a private event loop);
+the run's observers live on the run's event loop, so each piece hops there with
+``call_soon_threadsafe``. Pieces are queued before the backend's result is, so every delta is emitted
+before the call's step is recorded. Text inside ``<think> ... </think>`` is a thought whatever the
+call is (a thinking model, a server's ``reasoning_content``); the tags themselves are not shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING
+
+from agentrt.routes.thinking import THINK_CLOSE, THINK_OPEN
+
+if TYPE_CHECKING:
+    from agentrt.core.types import Completion
+    from agentrt.routes.context import RunContext
+
+
+class CallDeltas:
+    """The ``on_token`` of one model call named ``step``; ``thought``: the call is reasoning, not the answer."""
+
+    __slots__ = ("ctx", "step", "thought", "loop", "thread", "inside", "pending", "seen")
+
+    def __init__(self, ctx: RunContext, step: str, thought: bool) -> None:
+        self.ctx, self.step, self.thought = ctx, step, thought
+        self.loop = asyncio.get_running_loop()
+        self.thread = threading.get_ident()
+        self.inside = False  # inside <think> ... </think>
+        self.pending = ""  # a possible start of a tag, held back until the next piece says
+        self.seen = False
+
+    def on_token(self, index: int, text: str) -> None:
+        """The backend's hook (any thread): new text of choice ``index``."""
+        if index != 0:  # a TokenDelta has no choice index: the first choice speaks for the call
+            return
+        if threading.get_ident() == self.thread:
+            self.feed(text)
+        else:
+            self.loop.call_soon_threadsafe(self.feed, text)
+
+    def feed(self, text: str) -> None:
+        """Emit ``text`` (on the run's loop), split where a think tag opens or closes."""
+        self.seen = True
+        text, self.pending = self.pending + text, ""
+        while text:
+            tag = THINK_CLOSE if self.inside else THINK_OPEN
+            at = text.find(tag)
+            if at < 0:
+                keep = next((k for k in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:k])), 0)
+                text, self.pending = text[:len(text) - keep], text[len(text) - keep:]
+                self.ctx.say(self.step, text, thought=self.thought or self.inside)
+                return
+            self.ctx.say(self.step, text[:at], thought=self.thought or self.inside)
+            text, self.inside = text[at + len(tag):], not self.inside
+
+    def close(self, completion: Completion) -> None:
+        """After the call: a backend that did not stream gives its whole text now; a held tag start goes out."""
+        if not self.seen and completion.choices:
+            self.feed(completion.choices[0].text)
+        pending, self.pending = self.pending, ""
+        self.ctx.say(self.step, pending, thought=self.thought or self.inside)

