@@ -9,7 +9,9 @@ The mapping (docs/server.md, "OpenAI fields"):
   ``tool`` message becomes a ``<tool_response>`` user turn, so a client's own tool loop can go on.
 * Sampling: ``temperature`` and ``seed`` are the run's (every call that would decode greedily samples);
   ``max_tokens``/``max_completion_tokens``, ``stop``, ``top_p`` shape the calls that make the answer
-  (``RouteOptions.shape``): thoughts, plans and searches are bounded by the budget instead.
+  (``RouteOptions.shape``): thoughts, plans and searches are bounded by the budget instead. As in
+  OpenAI's API, a cap bounds every generated token, so a request with ``max_tokens`` and no route runs
+  on ``direct`` (its only call is the answer); naming a thinking route caps that route's answer only.
 * ``tools`` (unless ``tool_choice`` is ``"none"``), ``response_format`` json_object/json_schema and
   ``n`` > 1 need one answer call that honours them: the route is ``direct`` unless the request names
   ``direct`` or ``reason`` (``extra_body={"route": ...}``); the router is not asked. ``tool_choice``
@@ -300,6 +302,8 @@ def plan_run(req: ChatRequest, agent: Agent, max_budget: int | None) -> RunPlan:
                                f"request asks for route {route!r}", "route")
         if req.n > 1 and req.samples > 1:
             raise RequestError("n > 1 and samples > 1 cannot be combined; use one of them", "n")
+    elif route is None and (req.max_completion_tokens or req.max_tokens):
+        route = "direct"  # OpenAI's cap bounds every generated token: only direct makes nothing but the answer
     question, history, system = conversation(req)
     if tools:
         system = "\n\n".join(s for s in (system, tools_prompt(tools, forced)) if s)

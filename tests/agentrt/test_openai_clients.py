@@ -91,7 +91,8 @@ def test_thoughts_stream_as_reasoning_content(server, client):
 
 def test_max_tokens_caps_the_completion(client):
     resp = _ask(client, "Write a long story about a dragon.", max_tokens=5)
-    assert resp.usage.completion_tokens <= 5
+    assert resp.usage.completion_tokens <= 5  # every generated token, as in OpenAI's API
+    assert resp.model_extra["agentrt"]["route"] == "direct"  # a capped request with no route: nothing but the answer
     assert resp.choices[0].finish_reason == "length" and resp.choices[0].message.content
     resp = _ask(client, "Write a long story about a dragon.", max_completion_tokens=3, extra_body={"route": "direct"})
     assert resp.usage.completion_tokens <= 3
