@@ -114,7 +114,8 @@ def _obeys_passages(messages: list[Message], params: GenParams) -> str:
     return reply(messages, params)
 
 
-def test_a_passage_cannot_make_the_plan_route_call_python():
+def _recording_python():
+    """A stand-in ``python`` tool that records the code it would run (nothing may reach it)."""
     ran: list[str] = []
 
     @tool(name="python")
@@ -126,6 +127,12 @@ def test_a_passage_cannot_make_the_plan_route_call_python():
         """
         ran.append(code)
         return "ran"
+
+    return python, ran
+
+
+def test_a_passage_cannot_make_the_plan_route_call_python():
+    python, ran = _recording_python()
 
     backend = ScriptedBackend([_obeys_passages])
     settings = Settings(allow_python=True)  # even with python enabled for the run
@@ -145,17 +152,7 @@ def test_a_passage_cannot_make_the_plan_route_call_python():
 
 
 def test_the_allowlist_drops_python_from_a_tool_loop_that_reads_passages():
-    ran: list[str] = []
-
-    @tool(name="python")
-    def python(code: str) -> str:
-        """Run Python code.
-
-        Args:
-            code: The code.
-        """
-        ran.append(code)
-        return "ran"
+    python, ran = _recording_python()
 
     search = make_search_tool(searcher)
     tools = tools_for_route("search", [search, python], Settings())  # allow_python defaults to False
