@@ -1,7 +1,9 @@
 """CPU decode speed-ups for the transformers batcher, all in one place; each measured by evals/bench/batcher.py.
 
-``speed_up(model)`` applies them once at load (hf_runner.py). Values and shapes stay what transformers
-expects, so greedy output stays token-identical to ``model.generate``.
+``speed_up(model)`` applies them once at load to transformers' models (hf_runner.py); the lean Llama of
+``_llama.py`` has the same layouts built in (and ``pack_weight`` below). Values and shapes stay what
+transformers expects, so greedy output stays token-identical to ``model.generate``. transformers is imported
+only inside the functions that hook into it.
 
 * Grouped-query attention for one-token decode steps without copying the KV cache. transformers' SDPA path
   repeats every key/value head ``num_key_value_groups`` times whenever an attention mask is present (always,
@@ -26,9 +28,6 @@ import logging
 from typing import Any
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "agentrt_sdpa_gqa"
 
@@ -46,6 +45,8 @@ def sdpa_gqa_decode(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     groups = getattr(module, "num_key_value_groups", 1)
     batch, heads, q_len, dim = query.shape
     if groups == 1 or q_len != 1 or dropout:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     # Query head h uses KV head h // groups (transformers' repeat_kv order), so (heads, 1) -> (kv heads, groups).
@@ -58,6 +59,9 @@ def use_gqa_decode(model: Any) -> None:
     """Switch ``model`` to the copy-free decode attention (models that use transformers' SDPA path)."""
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
     AttentionInterface.register(NAME, sdpa_gqa_decode)
     AttentionMaskInterface.register(NAME, sdpa_mask)
     model.set_attn_implementation(NAME)
@@ -87,16 +91,27 @@ def pack_wide_linears(model: Any, rows_hint: int = 8, min_weights: int = 2**19) 
                 return  # a torch build without these private ops: keep every plain product
 
 
-def _pack_linear(module: torch.nn.Linear, rows_hint: int) -> bool:
-    """Give ``module`` a forward that takes the packed weight for two rows or more; False if it cannot."""
+def pack_weight(weight: torch.Tensor, rows_hint: int = 8) -> Any:
+    """A oneDNN-packed copy of linear ``weight`` (out x in) for ``torch.ops.mkldnn._linear_pointwise``; None
+    when this torch build lacks the private ops or they disagree with the plain product."""
+    if not torch.backends.mkldnn.is_available():
+        return None
     try:
-        packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), rows_hint)
-        probe = torch.randn(2, module.in_features)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), rows_hint)
+        probe = torch.randn(2, weight.shape[1])
         if not torch.allclose(torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], ""),
-                              torch.nn.functional.linear(probe, module.weight), atol=1e-3, rtol=1e-4):
-            return False
+                              torch.nn.functional.linear(probe, weight), atol=1e-3, rtol=1e-4):
+            return None
     except (RuntimeError, AttributeError) as e:
         logging.getLogger(__name__).debug("linear not packed: %s", e)
+        return None
+    return packed
+
+
+def _pack_linear(module: torch.nn.Linear, rows_hint: int) -> bool:
+    """Give ``module`` a forward that takes the packed weight for two rows or more; False if it cannot."""
+    packed = pack_weight(module.weight, rows_hint)
+    if packed is None:
         return False
     weight = module.weight
 

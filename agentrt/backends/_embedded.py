@@ -60,8 +60,10 @@ def _convert(gguf: Path, target: Path) -> None:
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
     except ImportError:
         raise ConfigError("transformers is not installed; install it with: pip install 'agentrt[hf]'") from None
+    hf_logging.disable_progress_bar()
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{int(time.time())}")
     try:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

@@ -1,23 +1,23 @@
 """KV-cache bookkeeping for the transformers batcher: the running batch and the prefix cache.
 
-Both work on transformers' ``DynamicCache`` whose layers are plain growing ones (``keys``/``values``
-shaped batch x heads x seq x dim). Models with sliding-window layers still decode, but without joining a
-running batch and without prefix reuse (``joinable`` is false for them).
+Both work on caches whose layers are plain growing ones (``keys``/``values`` shaped batch x heads x seq x
+dim): transformers' ``DynamicCache`` for models transformers runs, ``LeanCache`` (the same interface, no
+transformers import) for the lean Llama of ``_llama.py``. Models with sliding-window layers still decode,
+but without joining a running batch and without prefix reuse (``joinable`` is false for them).
 """
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 
-class GrowingLayer(DynamicLayer):
-    """A ``DynamicLayer`` that appends in place into spare capacity instead of concatenating.
+class _Growing:
+    """Appends in place into spare capacity instead of concatenating (mixed into a cache layer class).
 
     transformers' layer copies the whole cache on every decode step (``torch.cat``); at batch 8 with a few
     hundred cached tokens that copy is a large part of a CPU step. Here ``keys``/``values`` are views of
@@ -55,16 +55,91 @@ class GrowingLayer(DynamicLayer):
         self._len = old
 
 
+class _PlainLayer:
+    """The part of transformers' ``DynamicLayer`` the batcher uses, without importing transformers."""
+
+    is_sliding = False
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.is_initialized = False
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.keys, self.values = key_states.new_empty(0), value_states.new_empty(0)
+        self.is_initialized = True
+
+    def get_seq_length(self) -> int:
+        return 0 if not self.is_initialized or self.keys.numel() == 0 else self.keys.shape[-2]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.get_seq_length() > 0:
+            self.keys = self.keys.repeat_interleave(repeats, dim=0)
+            self.values = self.values.repeat_interleave(repeats, dim=0)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.get_seq_length() > 0:
+            self.keys, self.values = self.keys[indices, ...], self.values[indices, ...]
+
+
+class LeanLayer(_Growing, _PlainLayer):
+    """A growing cache layer of ``LeanCache``."""
+
+
+class LeanCache:
+    """``DynamicCache``'s interface as the batcher and ``_llama.py`` use it: ``layers``, ``update``,
+    ``get_seq_length`` and the batch operations; every layer grows in place (``_Growing``)."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.layers = [LeanLayer() for _ in range(num_layers)]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.layers[layer_idx].update(key_states, value_states)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.layers[layer_idx].get_seq_length()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        for layer in self.layers:
+            layer.batch_repeat_interleave(repeats)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.batch_select_indices(indices)
+
+
+_GROWING_DYNAMIC: list[type] = []  # transformers' DynamicLayer with _Growing mixed in, made on first use
+
+
+def _growing_dynamic_layer() -> type:
+    if not _GROWING_DYNAMIC:
+        from transformers.cache_utils import DynamicLayer
+
+        _GROWING_DYNAMIC.append(type("GrowingLayer", (_Growing, DynamicLayer), {"__doc__": _Growing.__doc__}))
+    return _GROWING_DYNAMIC[0]
+
+
 def new_cache(config: Any) -> Any:
-    """A ``DynamicCache`` for ``config`` whose plain layers grow in place (sliding layers stay as they are)."""
+    """An empty cache for ``config`` whose plain layers grow in place: a ``LeanCache`` for the lean Llama's
+    config (``_llama.LlamaConfig``), else transformers' ``DynamicCache`` (sliding layers stay as they are)."""
+    if getattr(config, "lean", False):
+        return LeanCache(config.num_hidden_layers)
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
     past = DynamicCache(config=config)
-    past.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in past.layers]
+    growing = _growing_dynamic_layer()
+    past.layers = [growing() if type(layer) is DynamicLayer else layer for layer in past.layers]
     return past
 
 
 def joinable(past: Any) -> bool:
     """Every cache layer is a plain growing one, so caches can be padded, merged and sliced."""
-    return all(isinstance(layer, DynamicLayer) and not layer.is_sliding for layer in past.layers)
+    plain: tuple[type, ...] = (_Growing,)
+    if "transformers.cache_utils" in sys.modules:  # a transformers model's cache: its plain layers count too
+        plain += (sys.modules["transformers.cache_utils"].DynamicLayer,)
+    return all(isinstance(layer, plain) and not layer.is_sliding for layer in past.layers)
 
 
 def _zeros_like_columns(t: torch.Tensor, n: int) -> torch.Tensor:

@@ -1,4 +1,6 @@
-"""Imported first by the hf backend: keeps transformers from importing scikit-learn and SciPy.
+"""Imported by the hf backend before transformers' model classes (the fallback path of ``hf_runner.py``;
+the lean Llama of ``_llama.py`` imports no transformers at all): keeps transformers from importing
+scikit-learn and SciPy.
 
 Two transformers modules every causal LM load imports pull in optional libraries whenever they are
 installed (they are, for ``agentrt[evals]`` and ``agentrt[train]``), for features agentrt never uses:

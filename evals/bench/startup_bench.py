@@ -11,10 +11,11 @@ Two kinds of runs, alternated so machine load hits both alike:
   the hf backend imported, weights loaded, the run returned, ``main`` returned / ``os._exit`` called;
   the parent stamps the process's end. The stamps go to a file, not stdout.
 
-Each probe also runs "before": as the code ran before the startup work, for an A/B under the same load
-(scikit-learn and SciPy imported with transformers, as they were before ``agentrt.backends._lean_imports``;
-the normal interpreter exit instead of ``run.exit_now``). Prints one table of medians (seconds). Runs use a temporary ``AGENTRT_HOME`` and the converted model of
-``$AGENTRT_MODELS_DIR`` (default ``~/.cache/agentrt/models``; the first run converts it there when missing).
+Each probe also runs "before": the same run on transformers' model classes (``AGENTRT_HF_IMPL=transformers``,
+as every run went before the lean Llama of ``agentrt/backends/_llama.py``), for an A/B under the same load;
+its import stage imports what the hf backend imported then (transformers' Auto classes and the attention
+hooks of ``_cpu_speed.py``). Prints one table of medians (seconds). Runs use a temporary ``AGENTRT_HOME``
+and the converted model of ``$AGENTRT_MODELS_DIR`` (default ``~/.cache/agentrt/models``; the first run converts it there when missing).
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ BEFORE = os.environ.get("STARTUP_PROBE_BEFORE") == "1"
 
 def load_backend(*a, **k):
     stamp("load_called")
-    if BEFORE:  # what transformers imported before agentrt.backends._lean_imports kept it from doing so
-        import sklearn.metrics, scipy.optimize
-    import agentrt.backends.hf  # torch, transformers and our backend: what the hf load imports first
+    if BEFORE:  # what the hf backend imported before the lean Llama: transformers' model classes
+        import agentrt.backends._lean_imports
+        from transformers import AutoModelForCausalLM, AutoTokenizer, AttentionInterface
+        import transformers.integrations.sdpa_attention, transformers.masking_utils
+    import agentrt.backends.hf  # torch, the tokenizer's transformers and our backend: what the hf load imports
     stamp("imported")
     b = real_load(*a, **k)
     stamp("loaded")
@@ -78,9 +81,6 @@ def fast_exit(code):
     real_exit(code)
 
 os._exit = fast_exit
-if BEFORE:  # the normal interpreter exit, as before run.exit_now
-    import agentrt.app.commands.run as run_cmd
-    run_cmd.exit_now = lambda agent: None
 from agentrt.app.cli import main
 sys.argv[0] = "agentrt"  # as the console script: the command may end its process itself (run.exit_now)
 rc = main(sys.argv[1:])
@@ -110,17 +110,19 @@ def run_cli(exe: Path, argv: list[str], env: dict[str, str]) -> tuple[float, flo
 
 
 STAGES = [("python start", None, "interp"), ("cli imports + preflight", "interp", "load_called"),
-          ("torch/transformers import", "load_called", "imported"), ("model load", "imported", "loaded"),
+          ("torch (+transformers) import", "load_called", "imported"), ("model load", "imported", "loaded"),
           ("generation (the run)", "loaded", "answered"), ("print + exit", "answered", None)]
 
 
 def run_probe(argv: list[str], env: dict[str, str], before: bool = False) -> dict[str, tuple[float, float]]:
-    """Stage -> (wall, CPU) seconds of one instrumented run; ``before``: as the code ran before the startup
-    work (scikit-learn and SciPy imported with transformers, the normal interpreter exit)."""
+    """Stage -> (wall, CPU) seconds of one instrumented run; ``before``: on transformers' model classes
+    (``AGENTRT_HF_IMPL=transformers``), as every run went before the lean Llama."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     t0, c0 = time.time(), _child_cpu()
-    p = subprocess.run([sys.executable, "-c", PROBE, *argv], env={**env, "STARTUP_PROBE_OUT": out, "STARTUP_PROBE_BEFORE": "1" if before else "0"},
+    probe_env = {**env, "STARTUP_PROBE_OUT": out, "STARTUP_PROBE_BEFORE": "1" if before else "0",
+                 **({"AGENTRT_HF_IMPL": "transformers"} if before else {})}
+    p = subprocess.run([sys.executable, "-c", PROBE, *argv], env=probe_env,
                        capture_output=True, text=True)
     end, cpu = time.time(), _child_cpu() - c0
     if p.returncode != 0:
@@ -151,8 +153,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"`agentrt run --route direct {args.question!r}` on the embedded model: median (min-max) of {args.runs} "
           f"runs; load average {load:.1f} on {os.cpu_count()} CPUs")
-    print("now: this tree. before: the same run with scikit-learn + SciPy imported (as transformers did before "
-          "agentrt.backends._lean_imports) and the normal interpreter exit (before run.exit_now).")
+    print("now: this tree (the lean Llama). before: the same run on transformers' model classes "
+          "(AGENTRT_HF_IMPL=transformers), as before agentrt/backends/_llama.py.")
     print("CPU = user + sys seconds of the process: what the wall time approaches on an idle core\n")
     print(f"| {'stage':<26} | {'now wall s':>16} | {'now CPU s':>16} | {'before wall s':>16} | {'before CPU s':>16} |")
     print(f"|{'-' * 28}|{'-' * 18}|{'-' * 18}|{'-' * 18}|{'-' * 18}|")
