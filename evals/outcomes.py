@@ -84,4 +84,6 @@ def run_fields(item: Item, result: Any, started: float,
             "reason": reward.reason, "status": result.status, "error": None, "truncated": result.truncated,
             "prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens,
             "thinking_tokens": thinking, "tool_calls": sum(1 for s in steps if s.get("kind") == "tool_call"),
-            "latency_s": round(latency, 4), "trajectory_id": result.trajectory_id}, steps
+            "latency_s": round(latency, 4), "trajectory_id": result.trajectory_id,
+            # the policy's stated confidence (eval --confidence), None when not asked
+            "confidence": getattr(result, "confidence", None)}, steps

@@ -19,9 +19,11 @@ from agentrt.core.errors import BudgetExceeded, InputError, UserError
 from agentrt.core.events import Event, RunFinished, RunStarted
 from agentrt.core.protocols import ModelBackend
 from agentrt.routing import RouteDecision, extract, make_router
+from agentrt.routing.decision import cascade_unsure
 from agentrt.app.inputs import check_answer_options, check_request
 from agentrt.core.types import Message, Usage
 from agentrt.routes import RouteOutput, get_route
+from agentrt.routes._confidence import CONFIDENT_ROUTES, check_mode
 from agentrt.routes.context import RouteOptions, RunContext
 from agentrt.trajectory import EscalationStep, RewardBreakdown, RunTask, TaskInfo, TrajectoryRecord, TrajectoryWriter, attach_task, new_run_id
 
@@ -47,6 +49,10 @@ class Result:
     citations: list[str] = field(default_factory=list)  # passage ids the answer cites (plan route)
     decision: dict[str, Any] | None = None  # the router's decision table (None when the route was given)
     reward: RewardBreakdown | None = None  # the task's reward, when the run was given a task with one
+    # The policy's stated confidence in the answer, in [0, 1], and how reading it went (ok, missing,
+    # malformed, over_budget); both None unless the run asked (``confidence``; agentrt.routes._confidence).
+    confidence: float | None = None
+    confidence_status: str | None = None
     record: TrajectoryRecord | None = field(default=None, repr=False)  # the record as written
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,6 +69,8 @@ class Result:
             "timings": self.timings,
             "citations": self.citations,
             "decision": self.decision,
+            "confidence": self.confidence,
+            "confidence_status": self.confidence_status,
         }
 
 
@@ -123,7 +131,8 @@ class Agent:
                    n: int = 1, json_schema: dict[str, Any] | None = None,
                    on_event: Callable[[Event], None] | None = None,
                    approve_plan: Callable[[Any], Any] | None = None, ask_user: Callable[[str], str] | None = None,
-                   task: RunTask | TaskInfo | None = None, metadata: dict[str, Any] | None = None) -> Result:
+                   task: RunTask | TaskInfo | None = None, metadata: dict[str, Any] | None = None,
+                   confidence: str | None = None) -> Result:
         """The async form of ``run``: one request, start to finish, written as one trajectory record.
 
         ``history`` (earlier user/assistant turns) and ``system`` make the conversation the routes answer;
@@ -138,8 +147,11 @@ class Agent:
         ``on_event`` observes the run's typed events (agentrt.core.events); ``approve_plan`` / ``ask_user``
         are hooks of the plan route and the ask_user tool. ``task`` (a RunTask, or the TaskInfo alone) and ``metadata``
         go into the record, with the task's reward when it has one, before the record is written.
+        ``confidence`` (off, tail, grammar, scored; default ``settings.confidence``) asks the policy how sure it is:
+        ``Result.confidence`` and the record carry it, stripped from the answer (agentrt.routes._confidence).
         """
         answer = check_answer_options(max_tokens, stop, top_p, n, json_schema)
+        answer["confidence"] = check_mode(self.settings.confidence if confidence is None else confidence)
         ctx = self._start(question, history, system, budget, route, thinking_cap, samples, verifier, policy,
                           tools, temperature, seed, on_event, approve_plan, ask_user, metadata, answer)
         chosen, output, decision = route or "", RouteOutput(""), None
@@ -229,11 +241,15 @@ class Agent:
     async def _escalate(self, ctx: RunContext, question: str, decision: RouteDecision, chosen: str,
                         output: RouteOutput) -> tuple[str, RouteOutput]:
         """Cascade: while the answer looks unsure and budget remains, try the next, stronger route."""
+        s = self.settings
         for stronger in decision.escalation:
             confidence = _answer_confidence(ctx)
-            if confidence is None or confidence >= self.settings.cascade_threshold:
+            if not cascade_unsure(s.cascade_signal, confidence, output.confidence, logprob_threshold=s.cascade_threshold,
+                                  stated_threshold=s.cascade_stated_threshold):
                 break
-            ctx.record(EscalationStep(from_route=chosen, to=stronger, confidence=round(confidence, 4)))
+            ctx.record(EscalationStep(from_route=chosen, to=stronger, signal=s.cascade_signal,
+                                      confidence=None if confidence is None else round(confidence, 4),
+                                      stated_confidence=output.confidence))
             try:
                 output, chosen = await get_route(stronger)(ctx, question), stronger
             except BudgetExceeded:
@@ -258,6 +274,7 @@ class Agent:
             reason=decision.reason if decision else "route given by the caller",
             trajectory_file=str(self.writer.path), timings=record.timings,
             decision=decision.model_dump() if decision else None, reward=reward, record=record,
+            confidence=record.confidence, confidence_status=record.confidence_status,
         )
 
     def _write(self, ctx: RunContext, route: str, output: RouteOutput, task: RunTask | TaskInfo | None,
@@ -273,6 +290,10 @@ class Agent:
             budget={"total": ctx.budget.total, "spent": ctx.budget.spent},
             usage=usage.to_dict(), timings={"wall_s": round(time.perf_counter() - ctx.started, 4)},
             status=status, error=error, metadata=dict(ctx.metadata),  # type: ignore[arg-type]
+            confidence=output.confidence, confidence_status=output.confidence_status or (
+                # asked, but the route never got to state it: the budget ran out first, or the run failed
+                None if ctx.options.confidence == "off" or route not in CONFIDENT_ROUTES
+                else "over_budget" if status == "truncated" else "missing"),
         )
         if ctx.history or ctx.system:
             record.metadata = {**record.metadata, "history": [m.to_dict() for m in ctx.history],

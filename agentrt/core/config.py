@@ -136,6 +136,16 @@ class Settings(BaseModel):
     router_temperature: float = Field(default=0.0, ge=0.0)
     router_epsilon: float = Field(default=0.0, ge=0.0, le=1.0)
     cascade_threshold: float = -0.8  # mean answer-token logprob below this -> escalate
+    # What the cascade reads as the answer's confidence: logprob (mean answer-token logprob, vs
+    # cascade_threshold), stated (the policy's stated confidence, vs cascade_stated_threshold; needs
+    # `confidence` on, falls back to logprob when none was stated), both (escalate when either is low).
+    cascade_signal: Literal["logprob", "stated", "both"] = "logprob"
+    cascade_stated_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    # Stated confidence (agentrt.core.confidence): off; tail (the policy is asked to end its answer with
+    # <confidence>q</confidence>, what an RLCR-trained policy does); grammar (after the answer, a short
+    # second call constrained to CONFIDENCE_CHOICES; works with any policy, costs ~the prompt again);
+    # scored (the expectation over those choices, one scoring pass; hf; docs/routing.md).
+    confidence: Literal["off", "tail", "grammar", "scored"] = "off"
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)  # > 0: runs sample instead of decoding greedily
     # Episodic memory: remember every finished run in the "episodes" collection of the memory store;
     # the router reads how similar past questions went (features past_runs / past_success).

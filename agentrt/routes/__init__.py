@@ -21,6 +21,7 @@ from typing import Awaitable, Callable
 
 from agentrt.core.errors import InputError
 from agentrt.core.types import ROUTES
+from agentrt.routes._confidence import CONFIDENT_ROUTES, ask_confidence
 from agentrt.routes.context import RouteOutput, RunContext
 
 RouteFn = Callable[[RunContext, str], Awaitable[RouteOutput]]
@@ -40,7 +41,9 @@ def get_route(name: str) -> RouteFn:
 
     It runs with ``ctx.route`` set to ``name`` (streamed token deltas carry it); a route that streamed
     no answer text (its answer came from JSON, a vote, or no model at all) then says its answer as one
-    ``TokenDelta``, so an observer always sees the answer arrive as answer text.
+    ``TokenDelta``, so an observer always sees the answer arrive as answer text. When the run asks for a
+    stated confidence (``ctx.options.confidence``) and the route did not state one (grammar mode, or a
+    route that cannot carry the tail), one grammar-constrained call asks for it (``agentrt.routes._confidence``).
     """
     route = importlib.import_module(_MODULES[check_route(name)]).run
 
@@ -49,6 +52,9 @@ def get_route(name: str) -> RouteFn:
         output = await route(ctx, question)
         if ctx.answer_deltas == before:
             ctx.say("answer", output.answer)
+        if (ctx.options.confidence != "off" and output.confidence_status is None and output.answer
+                and name in CONFIDENT_ROUTES):
+            output = await ask_confidence(ctx, output)
         return output
 
     run.__doc__ = route.__doc__

@@ -23,15 +23,18 @@ if TYPE_CHECKING:
 class CallDeltas:
     """The ``on_token`` of one model call named ``step``; ``thought``: the call is reasoning, not the answer."""
 
-    __slots__ = ("ctx", "step", "thought", "loop", "thread", "inside", "pending", "seen")
+    __slots__ = ("ctx", "step", "thought", "loop", "thread", "inside", "pending", "seen", "hide", "held", "hidden")
 
-    def __init__(self, ctx: RunContext, step: str, thought: bool) -> None:
+    def __init__(self, ctx: RunContext, step: str, thought: bool, hide: str | None = None) -> None:
         self.ctx, self.step, self.thought = ctx, step, thought
         self.loop = asyncio.get_running_loop()
         self.thread = threading.get_ident()
         self.inside = False  # inside <think> ... </think>
         self.pending = ""  # a possible start of a tag, held back until the next piece says
         self.seen = False
+        # ``hide``: a tag from which on nothing is shown (the stated-confidence tail, stripped from the
+        # answer); ``held``: trailing whitespace and a possible start of it, held back until the next piece says
+        self.hide, self.held, self.hidden = hide, "", False
 
     def on_token(self, index: int, text: str) -> None:
         """The backend's hook (any thread): new text of choice ``index``."""
@@ -45,12 +48,26 @@ class CallDeltas:
     def feed(self, text: str) -> None:
         """Emit ``text`` (on the run's loop), split where a think tag opens or closes."""
         self.seen = True
+        if self.hide is not None:
+            if self.hidden:
+                return
+            text, self.held = self.held + text, ""
+            at = text.find(self.hide)
+            if at >= 0:
+                self.hidden, text = True, text[:at].rstrip()
+            else:
+                keep = _partial(text, self.hide)
+                cut = len(text[:len(text) - keep].rstrip())
+                text, self.held = text[:cut], text[cut:]
+        self._emit(text)
+
+    def _emit(self, text: str) -> None:
         text, self.pending = self.pending + text, ""
         while text:
             tag = THINK_CLOSE if self.inside else THINK_OPEN
             at = text.find(tag)
             if at < 0:
-                keep = next((k for k in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:k])), 0)
+                keep = _partial(text, tag)
                 text, self.pending = text[:len(text) - keep], text[len(text) - keep:]
                 self.ctx.say(self.step, text, thought=self.thought or self.inside)
                 return
@@ -61,5 +78,13 @@ class CallDeltas:
         """After the call: a backend that did not stream gives its whole text now; a held tag start goes out."""
         if not self.seen and completion.choices:
             self.feed(completion.choices[0].text)
+        if self.held and not self.hidden:  # the held text was no tail after all
+            held, self.held = self.held, ""
+            self._emit(held.rstrip())
         pending, self.pending = self.pending, ""
         self.ctx.say(self.step, pending, thought=self.thought or self.inside)
+
+
+def _partial(text: str, tag: str) -> int:
+    """Length of the longest end of ``text`` that is a proper start of ``tag`` (0 if none)."""
+    return next((k for k in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:k])), 0)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agentrt.core.budget import Budget, chat_within
+from agentrt.core.confidence import OPEN_TAG
 from agentrt.core.events import BudgetUpdate, Event, StepStarted, TokenDelta, step_events
 from agentrt.core.errors import BackendError, BudgetExceeded
 from agentrt.core.protocols import ModelBackend
@@ -33,6 +34,10 @@ class RouteOutput:
     answer: str
     thought: str | None = None
     citations: list[str] = field(default_factory=list)
+    # The policy's stated confidence in ``answer`` (agentrt.core.confidence), when the run asked for it:
+    # status ok | missing | malformed | over_budget (the confidence call did not fit); None: not asked.
+    confidence: float | None = None
+    confidence_status: str | None = None
 
 
 # The model calls whose text is the answer the user sees (direct and reason: "answer"; reason's
@@ -55,6 +60,7 @@ class RouteOptions:
     top_p: float | None = None
     n: int = 1  # choices of the answer call
     json_schema: dict[str, Any] | None = None  # constrain the answer to this JSON schema
+    confidence: str = "off"  # stated confidence: off | tail | grammar | scored (agentrt.routes._confidence)
 
     def shape(self, name: str, params: GenParams) -> GenParams:
         """``params`` of the call ``name`` with the answer knobs applied when it makes the answer."""
@@ -151,6 +157,7 @@ class RunContext:
         budget: Budget | None = None,
         min_tokens: int = 1,
         thought: bool = True,
+        stream: bool = True,
     ) -> Completion:
         """Call a model inside the budget. ``max_tokens`` is clipped to what remains.
 
@@ -158,10 +165,12 @@ class RunContext:
         (thinking, planning, searching). It marks the call's ``TokenDelta`` events, streamed while the
         model generates (its first choice; text inside ``<think>...</think>`` is a thought either way);
         a backend that cannot stream gives one delta with the whole text. Raises ``BudgetExceeded``
-        when not even ``min_tokens`` new tokens fit.
+        when not even ``min_tokens`` new tokens fit. ``stream=False``: no token deltas for this call.
+        In tail confidence mode an answer call's deltas stop where its ``<confidence>`` tail begins.
         """
         backend = backend or self.policy
-        deltas = CallDeltas(self, name, thought) if self.on_event is not None else None
+        hide = OPEN_TAG if not thought and self.options.confidence == "tail" else None
+        deltas = CallDeltas(self, name, thought, hide) if self.on_event is not None and stream else None
         if deltas is not None:  # no observer: the backend is not asked to stream (nothing is decoded early)
             params = dataclasses.replace(params, on_token=deltas.on_token)
         params = self.options.shape(name, params)
@@ -205,17 +214,20 @@ class RunContext:
 
 
     async def score(self, name: str, messages: list[Message], continuations: list[str], *,
-                    backend: ModelBackend | None = None) -> list[float]:
+                    backend: ModelBackend | None = None, tight: bool = False) -> list[float]:
         """Log-probability of each continuation after ``messages``, paid from the run's budget and recorded.
 
         Raises ``BudgetExceeded`` when the scoring pass (the prefix once plus every continuation) does
-        not fit, and ``BackendError`` when the backend cannot score.
+        not fit, and ``BackendError`` when the backend cannot score. The reservation counts each
+        continuation as a whole chat message (template included: safe, and several times its cost for a
+        short one); ``tight=True`` counts its text alone, plus two tokens of slack for where it joins.
         """
         backend = backend or self.policy
         if not hasattr(backend, "score"):
             raise BackendError(f"{backend.name} cannot score text; use a backend that can (hf:...)")
-        estimate = backend.count_tokens(messages) + sum(backend.count_tokens([Message("assistant", c)])
-                                                        for c in continuations)
+        empty = backend.count_tokens([Message("assistant", "")]) if tight else 0
+        estimate = backend.count_tokens(messages) + sum(backend.count_tokens([Message("assistant", c)]) - empty
+                                                        + (2 if tight else 0) for c in continuations)
         reservation = self.budget.reserve(estimate, 0, min_tokens=0)
         t_start = time.perf_counter() - self.started
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from agentrt.core.types import GenParams, Message
+from agentrt.routes._confidence import read_tail, tail_params, wants_tail, with_instruction
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.routes.thinking import no_thinking, split_thought
 
@@ -26,12 +27,16 @@ def answer_cue(question: str, history: list[Message]) -> str:
 
 
 async def run(ctx: RunContext, question: str) -> RouteOutput:
-    """Answer in one call."""
+    """Answer in one call (in tail confidence mode, the model ends it with its stated confidence)."""
     messages = ctx.conversation(SYSTEM)
     # a prefilled cue would sit in front of the caller's JSON: none under a schema
     cue = answer_cue(question, ctx.history) if ctx.options.json_schema is None else ""
     params = GenParams(max_tokens=ctx.settings.answer_max_tokens, stop=["\n"] if cue else [],
                        chat_template_kwargs=no_thinking(ctx.settings, ctx.policy))
+    # a one-line cued answer or a JSON answer has no room for a tail: the grammar call asks afterwards
+    tail = wants_tail(ctx) and not cue and ctx.options.json_schema is None
+    if tail:
+        messages, params = with_instruction(messages), tail_params(params)
     if cue:
         ctx.say("answer", cue)  # the prefilled cue is the answer's start: show it before what follows
         completion = await ctx.call_model("answer", messages + [Message("assistant", cue)], params, thought=False)
@@ -41,5 +46,6 @@ async def run(ctx: RunContext, question: str) -> RouteOutput:
         return RouteOutput(ctx.best_answer)
     completion = await ctx.call_model("answer", messages, params, thought=False)
     thought, answer = split_thought(completion.text)
-    ctx.best_answer = answer
-    return RouteOutput(answer, thought)
+    output = read_tail(answer, thought) if tail else RouteOutput(answer, thought)
+    ctx.best_answer = output.answer
+    return output

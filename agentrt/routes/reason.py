@@ -10,6 +10,7 @@ With tools the run may use, the route reasons by acting: a bounded, grammar-cons
 from __future__ import annotations
 
 from agentrt.core.types import GenParams, Message
+from agentrt.routes._confidence import read_tail, tail_params, wants_tail, with_instruction
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.routes.thinking import (
     ANSWER_CUE, MIN_THOUGHT_TOKENS, REASON_SYSTEM, THINK_CLOSE, THINK_OPEN, native_thinking,
@@ -41,6 +42,9 @@ async def run(ctx: RunContext, question: str) -> RouteOutput:
         messages = ctx.conversation(REASON_SYSTEM)
         prefill = THINK_OPEN + "\n"
         template = {}
+    tail = wants_tail(ctx) and ctx.options.json_schema is None  # the model states its confidence after the answer
+    if tail:
+        messages = with_instruction(messages)
     think_messages = messages + ([Message("assistant", prefill)] if prefill else [])
 
     # The thought is paid twice (as output, then as the answer call's prompt), and an answer of at
@@ -61,7 +65,9 @@ async def run(ctx: RunContext, question: str) -> RouteOutput:
     closing = f"{prefill}{thought}\n{THINK_CLOSE}\n" + ("" if native else f"{ANSWER_CUE} ")
     answer_messages = messages + [Message("assistant", closing)]
     params = GenParams(max_tokens=answer_max, stop=[THINK_OPEN], chat_template_kwargs=template)
-    completion = await ctx.call_model("answer", answer_messages, params, thought=False)
-    answer = completion.text.strip()
-    ctx.best_answer = answer or ctx.best_answer
-    return RouteOutput(answer, thought or None)
+    completion = await ctx.call_model("answer", answer_messages, tail_params(params) if tail else params,
+                                      thought=False)
+    output = RouteOutput(completion.text.strip(), thought or None)
+    output = read_tail(output.answer, output.thought) if tail else output
+    ctx.best_answer = output.answer or ctx.best_answer
+    return output

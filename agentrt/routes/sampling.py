@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from agentrt.routes._confidence import read_tail, tail_params, wants_tail, with_instruction
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.trajectory import SampleSelectionStep
 from agentrt.routes.thinking import ANSWER_CUE, REASON_SYSTEM, THINK_OPEN, split_thought
@@ -46,18 +47,21 @@ async def reason_samples(ctx: RunContext, samples: int, *, thinking_cap: int,
                          temperature: float = 0.7, verifier: Verifier | None = None) -> RouteOutput:
     """Think-and-answer ``samples`` times in one call (the batcher decodes them together), then select."""
     prefill = THINK_OPEN + "\n"
-    messages = ctx.conversation(REASON_SYSTEM) + [Message("assistant", prefill)]
+    tail = wants_tail(ctx)  # each sample ends with its stated confidence; the chosen one's is the run's
+    conversation = ctx.conversation(REASON_SYSTEM)
+    messages = (with_instruction(conversation) if tail else conversation) + [Message("assistant", prefill)]
     per_sample = thinking_cap + ctx.settings.answer_max_tokens
     params = GenParams(max_tokens=per_sample, n=samples, temperature=temperature)
-    completion = await ctx.call_model("sample", messages, params)
+    completion = await ctx.call_model("sample", messages, tail_params(params) if tail else params)
     parsed = [split_thought(prefill + c.text) for c in completion.choices]
-    answers = []
+    outputs = []
     for thought, answer in parsed:
         if not answer and thought and ANSWER_CUE not in (thought or ""):
             answer = thought.strip().splitlines()[-1]  # no cue: the last line is the best guess
-        answers.append(answer.strip())
+        outputs.append(read_tail(answer, thought) if tail else RouteOutput(answer.strip(), thought))
+    answers = [o.answer for o in outputs]
     best, info = select(answers, verifier)
     ctx.record(SampleSelectionStep(method="verifier" if verifier else "majority", answers=answers, chosen=best,
                                    **info))
     ctx.best_answer = answers[best] if answers else ""
-    return RouteOutput(ctx.best_answer, parsed[best][0] if parsed else None)
+    return outputs[best] if outputs else RouteOutput("")

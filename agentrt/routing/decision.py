@@ -94,3 +94,20 @@ def choose(router: str, p_success: dict[str, float], expected_tokens: dict[str, 
         expected_tokens={a: round(t, 1) for a, t in expected_tokens.items()},
         utility={a: round(u, 4) for a, u in utility.items()}, features=features or {}, reason=why,
     )
+
+
+def cascade_unsure(signal: str, logprob: float | None, stated: float | None, *, logprob_threshold: float,
+                   stated_threshold: float) -> bool:
+    """Whether the cascade should escalate from an answer (``Settings.cascade_signal``).
+
+    ``logprob``: the mean answer-token log-probability is below ``logprob_threshold``; ``stated``: the
+    policy's stated confidence is below ``stated_threshold`` (the logprob rule when it stated none);
+    ``both``: either is low. An answer with neither signal is kept.
+    """
+    low_logprob = logprob is not None and logprob < logprob_threshold
+    low_stated = stated is not None and stated < stated_threshold
+    if signal == "stated":
+        return low_stated if stated is not None else low_logprob
+    if signal == "both":
+        return low_logprob or low_stated
+    return low_logprob

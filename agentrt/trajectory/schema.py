@@ -117,7 +117,9 @@ class EscalationStep(_Step):
     kind: Literal["escalation"] = "escalation"
     from_route: str = Field(alias="from")
     to: str
-    confidence: float | None = None
+    confidence: float | None = None  # mean answer-token logprob of the answer left behind
+    stated_confidence: float | None = None  # the policy's stated confidence in it, when the run asked
+    signal: str = "logprob"  # what decided (Settings.cascade_signal): logprob | stated | both
     error: str | None = None
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, serialize_by_alias=True)
@@ -306,6 +308,11 @@ class TrajectoryRecord(BaseModel):
     rewards: dict[str, RewardBreakdown] = {}
     tools: list[dict[str, Any]] = []
     metadata: dict[str, Any] = {}
+    # Optional additions within v1 (a default keeps every earlier record readable; older readers keep them
+    # as extra fields): the policy's stated confidence in ``answer`` (agentrt.core.confidence) and how
+    # reading it went: ok | missing | malformed | over_budget; both None when the run did not ask.
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    confidence_status: str | None = None
 
     @field_validator("steps", mode="before")
     @classmethod

@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, help="sampling temperature of the runs (default: 0 = greedy with "
                    "--samples 1, 0.7 with more samples, so samples differ)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
-    from agentrt.app.commands.run import add_corpus_arg
+    from agentrt.app.commands.run import add_confidence_arg, add_corpus_arg
 
+    add_confidence_arg(p)  # each run's stated confidence (recorded in its trajectory): off by default
     add_corpus_arg(p)  # default: the suite's own corpus file, when its items name one
     p.add_argument("--out", required=True, help="output folder (results.jsonl, report.md/json, PNGs); reused to resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -48,6 +49,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                         seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples), out=args.out)
     routers, suites = validate(config)  # bad input fails before the model loads
     settings = load_settings(args.config, policy=args.policy)
+    if args.confidence:
+        settings.confidence = args.confidence
     # The plan route searches --corpus, else the suite's corpus file (indexed here, once), else the setting.
     own = suite_corpus([item for s in suites for item in s.items[:args.limit]])
     corpus = args.corpus or (own if own and settings.corpus == "default" else None)

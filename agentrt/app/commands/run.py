@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", help="policy backend spec: hf:embedded (default), vllm:embedded|DIR, openai:URL[,URL]#MODEL")
     p.add_argument("--planner", help="planner backend spec (default: the policy's); same spec = one shared model")
     add_corpus_arg(p)
+    add_confidence_arg(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON (citations under \"sources\")")
     p.set_defaults(func=cmd_run)
 
@@ -37,6 +38,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 CORPUS_HELP = ("what the plan route searches: NAME of an indexed collection (see `agentrt index`), or PATH of a "
                ".txt/.md/.jsonl file or folder, indexed once into a collection named after it and its content "
                "(default: setting corpus, $AGENTRT_CORPUS, else 'default')")
+
+
+CONFIDENCE_HELP = ("ask the policy how sure it is (a number in [0, 1], stripped from the answer; JSON: \"confidence\"): "
+                   "grammar (a short constrained call after the answer, any policy), tail (the policy writes "
+                   "<confidence>q</confidence> itself, as an RLCR-trained one does), scored (the expectation over the "
+                   "grammar's choices, one scoring pass, hf), off (default: setting confidence, $AGENTRT_CONFIDENCE, else off)")
+
+
+def add_confidence_arg(p: argparse.ArgumentParser) -> None:
+    """``--confidence off|tail|grammar|scored``: the run's stated-confidence mode (``Settings.confidence``)."""
+    p.add_argument("--confidence", choices=["off", "tail", "grammar", "scored"], help=CONFIDENCE_HELP)
 
 
 def add_corpus_arg(p: argparse.ArgumentParser) -> None:
@@ -171,7 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         tools = builtin_tools(agent.settings)
     result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap,
-                       samples=args.samples, tools=tools)
+                       samples=args.samples, tools=tools, confidence=args.confidence)
     sources = []
     if result.citations:
         from agentrt.app.corpus import titles
@@ -185,8 +197,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"sources ({agent.settings.corpus}):")
             for n, src in enumerate(sources, 1):
                 print(f"  [{n}] {src['title'] or '(untitled)'}  id={src['id']}")
+        stated = "" if result.confidence_status is None else (
+            f" confidence={result.confidence:g}" if result.confidence is not None else f" confidence={result.confidence_status}")
         print(
-            f"[route={result.route} tokens={result.usage.total_tokens}/{result.budget} "
+            f"[route={result.route} tokens={result.usage.total_tokens}/{result.budget}{stated} "
             f"status={result.status} trajectory={result.trajectory_id}]",
             file=sys.stderr,
         )

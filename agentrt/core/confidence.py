@@ -1,0 +1,78 @@
+"""Stated confidence: the one format a policy uses to say how sure it is, and the one way it is read back.
+
+An answer may end with a short tail ``<confidence>0.72</confidence>``: the model's probability that the
+answer above it is correct. Routes that ask for it append ``CONFIDENCE_INSTRUCTION`` to their prompt (or
+generate the tail with ``CONFIDENCE_CHOICES`` under a grammar); ``split_confidence`` strips the tail from the
+answer and returns the number. RLCR (calibration reward) scores it with the Brier rule in ``brier``.
+
+    >>> split_confidence("Paris.\\n<confidence>0.9</confidence>")
+    Stated(answer='Paris.', confidence=0.9, status='ok')
+    >>> split_confidence("Paris.").status
+    'missing'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+OPEN_TAG, CLOSE_TAG = "<confidence>", "</confidence>"
+
+CONFIDENCE_INSTRUCTION = (
+    "After your answer, on a new line, state how likely it is that your answer is correct, as a number "
+    "between 0 and 1 in this exact form: <confidence>0.7</confidence>")
+
+# What a grammar-constrained tail may produce: 0.0, 0.05, ..., 1.0 (two decimals at most keeps it a few tokens).
+CONFIDENCE_CHOICES: list[str] = [f"{i / 20:.2f}".rstrip("0").rstrip(".") if i % 20 else f"{i // 20}.0"
+                                 for i in range(21)]
+
+# The last tag in the text wins (a model may echo the instruction's example earlier); the number is any
+# decimal or percentage; anything else inside the tag is malformed.
+_TAG = re.compile(r"<\s*confidence\s*>\s*(?P<body>[^<]*?)\s*<\s*/\s*confidence\s*>", re.I)
+_OPEN_ONLY = re.compile(r"<\s*confidence\s*>(?P<body>[^<]*)$", re.I)
+_NUMBER = re.compile(r"^(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<pct>%?)$")
+
+Status = Literal["ok", "missing", "malformed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Stated:
+    """An answer with its stated confidence. ``confidence`` is None unless ``status == "ok"``."""
+
+    answer: str
+    confidence: float | None
+    status: Status
+
+
+def _number(body: str) -> float | None:
+    match = _NUMBER.match(body.strip())
+    if not match:
+        return None
+    value = float(match["num"]) / (100.0 if match["pct"] else 1.0)
+    return value if 0.0 <= value <= 1.0 else None
+
+
+def split_confidence(text: str) -> Stated:
+    """Strip a trailing ``<confidence>q</confidence>`` (or an unclosed one at the very end) from ``text``.
+
+    ``ok``: a number in [0, 1] (``0.7``, ``.7``, ``70%``); ``malformed``: a tag whose content is not such a
+    number; ``missing``: no tag. Every tag is removed from the answer either way, so a malformed tail never
+    reaches a user or a verifier."""
+    matches = list(_TAG.finditer(text))
+    if matches:
+        last = matches[-1]
+        answer = _TAG.sub("", text)
+        value = _number(last["body"])
+        status: Status = "ok" if value is not None else "malformed"
+        return Stated(answer.strip(), value, status)
+    tail = _OPEN_ONLY.search(text)
+    if tail:  # generation stopped at the close tag (a stop string) or ran out of tokens inside it
+        value = _number(tail["body"])
+        return Stated(text[:tail.start()].strip(), value, "ok" if value is not None else "malformed")
+    return Stated(text.strip(), None, "missing")
+
+
+def brier(confidence: float, correct: float) -> float:
+    """The Brier term ``(q - correct)^2``; ``correct`` may be partial credit in [0, 1]."""
+    return (confidence - correct) ** 2
