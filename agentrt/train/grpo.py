@@ -32,10 +32,11 @@ class TrainReport:
     wall_s: float
     output_dir: str
     log: list[dict[str, Any]] = field(default_factory=list)
+    components: list[dict[str, float]] = field(default_factory=list)  # per step: mean reward parts (rlcr: correct, brier, ...)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("steps", "rewards", "changed_tensors", "total_tensors", "max_abs_delta",
-                                              "wall_s", "output_dir")}
+                                              "wall_s", "output_dir", "components")}
 
 
 def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -59,6 +60,20 @@ def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+_JSON_TRUTHS = ("qa", "unit_tests", "ifeval")
+
+
+def decode_truth(answer: Any, verifier: str) -> Any:
+    """A row's ground truth as its verifier wants it: exports write list/dict truths (qa aliases, unit tests,
+    IFEval kwargs) as JSON text, as verl expects (``examples/verl_reward.py`` decodes them the same way)."""
+    if verifier in _JSON_TRUTHS and isinstance(answer, str) and answer[:1] in "[{":
+        try:
+            return json.loads(answer)
+        except ValueError:
+            return answer
+    return answer
+
+
 _CAPITALS = [("France", "Paris"), ("Italy", "Rome"), ("Japan", "Tokyo"), ("Germany", "Berlin"), ("Spain", "Madrid"),
              ("England", "London"), ("Russia", "Moscow"), ("Egypt", "Cairo")]
 
@@ -75,12 +90,59 @@ def toy_capital_rows(n: int = 8) -> list[dict[str, Any]]:
     return rows
 
 
+REWARDS = ("verifier", "rlcr")
+
+
+def rlcr_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows for ``--reward rlcr``: the confidence instruction appended to each prompt's last user message."""
+    from agentrt.train._confidence_gen import with_instruction
+
+    return [{**r, "prompt": with_instruction(r["prompt"])} for r in rows]
+
+
+def _reward_fn(reward: str, components: list[dict[str, float]]) -> Any:
+    from agentrt.trajectory import rewards
+
+    def reward_fn(completions: list[Any], answer: list[Any], verifier: list[Any] | None = None, **_: Any) -> list[float]:
+        out, parts = [], []
+        for i, completion in enumerate(completions):
+            text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
+            name = verifier[i] if verifier else "qa"
+            r = rewards.score(f"rlcr:{name}" if reward == "rlcr" else name, text, json.loads(answer[i]))
+            out.append(r.score)
+            parts.append({"score": r.score, **{k: v for k, v in r.components.items() if not k.startswith("base_")},
+                          "missing": float("missing_confidence" in r.penalties),
+                          "malformed": float("malformed_confidence" in r.penalties)})
+        # One mean per generation batch (one optimizer step at gradient_accumulation_steps=1).
+        keys = sorted({k for p in parts for k in p})
+        components.append({k: round(sum(p[k] for p in parts if k in p) / max(1, sum(k in p for p in parts)), 6)
+                           for k in keys})
+        return out
+
+    return reward_fn
+
+
 def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir: str | Path | None = None,
                steps: int = 2, num_generations: int = 4, batch_size: int = 4, max_completion_length: int = 16,
-               learning_rate: float = 1e-4, seed: int = 0) -> TrainReport:
-    """Run ``steps`` GRPO steps on ``rows``; return rewards per step and the parameter change."""
+               learning_rate: float = 1e-4, seed: int = 0, reward: str = "verifier", confidence: str = "tail",
+               callbacks: list[Any] | None = None, save: bool = True, save_steps: int = 0,
+               resume: bool = False, confidence_temperature: float | None = None) -> TrainReport:
+    """Run ``steps`` GRPO steps on ``rows``; return rewards per step and the parameter change.
+
+    ``reward="rlcr"``: the confidence instruction is appended to every prompt and completions are scored with
+    ``rlcr:<verifier>``; ``confidence="tail"`` lets the runtime add the grammar-constrained confidence tail
+    when the policy states none (``_confidence_gen.py``; ``max_completion_length`` bounds the answer), ``"free"``
+    leaves it to the policy. ``save``: write the trained policy as a Hugging Face folder at ``output_dir`` (load it
+    with ``--policy hf:OUTPUT_DIR``). ``save_steps`` > 0 keeps a checkpoint every that many steps, and
+    ``resume`` continues from the newest one in ``output_dir``. ``callbacks``: TRL/transformers TrainerCallbacks
+    (the overoptimization watch is one: ``agentrt.train.watch``). ``confidence_temperature``: sampling temperature
+    of the confidence number in the tail (default: the rollout's 1.0; higher explores more numbers). Runs on a GPU
+    when one is visible."""
     if steps < 1 or num_generations < 2 or batch_size % num_generations:
         raise InputError("need steps >= 1, num_generations >= 2 and batch_size a multiple of num_generations")
+    if reward not in REWARDS or confidence not in ("tail", "free"):
+        raise InputError(f"reward must be one of {', '.join(REWARDS)} and confidence one of tail, free; "
+                         f"got {reward!r}, {confidence!r}")
     try:
         import torch
         from datasets import Dataset
@@ -91,6 +153,7 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     from agentrt.trajectory import rewards
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental hook
     from agentrt.core.config import load_settings
 
     settings = load_settings()
@@ -105,37 +168,52 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
 
-    def reward_fn(completions: list[Any], answer: list[Any], verifier: list[Any] | None = None, **_: Any) -> list[float]:
-        out = []
-        for i, completion in enumerate(completions):
-            text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
-            name = verifier[i] if verifier else "qa"
-            out.append(rewards.score(name, text, answer[i]).score)
-        return out
-
     names = [r.get("verifier") or rewards.verifier_for(r.get("data_source") or "") for r in rows]
     if None in names:
         raise InputError(f"row {names.index(None)} has no verifier and an unknown data_source; "
-                         f"set its 'verifier' column to one of: {', '.join(rewards.VERIFIERS)}")
-    columns = {"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows], "verifier": names}
+                         f"set its 'verifier' column to one of: {', '.join(v for v in rewards.VERIFIERS if v != 'rlcr')}")
+    if reward == "rlcr":
+        rows = rlcr_rows(rows)
+    components: list[dict[str, float]] = []
+    # Ground truths differ in type across suites (a string, a list of aliases, a dict): one JSON text column.
+    columns = {"prompt": [r["prompt"] for r in rows],
+               "answer": [json.dumps(decode_truth(r["answer"], n)) for r, n in zip(rows, names)],
+               "verifier": names}
+    extra: dict[str, Any] = {}
+    completion_budget = max_completion_length
+    if reward == "rlcr" and confidence == "tail":
+        from agentrt.train._confidence_gen import ConfidenceTail, rollout_func
+
+        tail = ConfidenceTail(tokenizer)
+        completion_budget += len(tail.open_ids) + tail.max_len + 1
+        extra["rollout_func"] = rollout_func(max_answer_tokens=max_completion_length,
+                                             tail_temperature=confidence_temperature)
+    gpu = torch.cuda.is_available()
     config = GRPOConfig(
         output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=batch_size,
-        num_generations=num_generations, max_completion_length=max_completion_length, use_vllm=False,
-        use_cpu=True, bf16=False, gradient_checkpointing=False, learning_rate=learning_rate, report_to="none",
-        logging_steps=1, save_strategy="no", seed=seed, temperature=1.0, dataloader_num_workers=0,
+        num_generations=num_generations, max_completion_length=completion_budget, use_vllm=False,
+        use_cpu=not gpu, bf16=False, gradient_checkpointing=False, learning_rate=learning_rate, report_to="none",
+        logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+        save_total_limit=1, save_only_model=False, seed=seed, temperature=1.0, dataloader_num_workers=0,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=config,
-                          train_dataset=Dataset.from_dict(columns), processing_class=tokenizer)
+    trainer = GRPOTrainer(model=model, reward_funcs=_reward_fn(reward, components), args=config,
+                          train_dataset=Dataset.from_dict(columns), processing_class=tokenizer,
+                          callbacks=list(callbacks or []), **extra)
     started = time.perf_counter()
-    trainer.train()
+    checkpoint = resume and any(Path(output_dir).glob("checkpoint-*"))
+    trainer.train(resume_from_checkpoint=True if checkpoint else None)
     wall = time.perf_counter() - started
+    if save:
+        trainer.save_model(str(output_dir))
+        tokenizer.save_pretrained(str(output_dir))
+    model = trainer.model
     changed, max_delta = 0, 0.0
     for name, p in model.named_parameters():
-        delta = (p.detach() - before[name]).abs().max().item()
+        delta = (p.detach().cpu() - before[name]).abs().max().item()
         changed += delta > 0
         max_delta = max(max_delta, delta)
     log = [dict(e) for e in trainer.state.log_history]
     step_rewards = [float(e["reward"]) for e in log if "reward" in e]
     return TrainReport(steps=trainer.state.global_step, rewards=step_rewards, changed_tensors=int(changed),
                        total_tensors=len(before), max_abs_delta=max_delta, wall_s=round(wall, 2),
-                       output_dir=str(output_dir), log=log)
+                       output_dir=str(output_dir), log=log, components=components)

@@ -193,3 +193,45 @@ def test_a_whole_function_keeps_the_prompts_imports():
 ])
 def test_numeric_answer_extraction(response, expected):
     assert score("numeric", response, "#### 5").score == expected
+
+
+# -- rlcr: correctness minus the Brier term of the stated confidence (issue 21) ------------------------------------
+
+def test_rlcr_rewards_a_calibrated_confidence_and_reports_its_parts():
+    sure_right = score("rlcr:qa", "Paris\n<confidence>0.9</confidence>", ["Paris"])
+    assert sure_right.score == pytest.approx(1.0 - 0.01) and sure_right.correct is True
+    assert sure_right.components["correct"] == 1.0 and sure_right.components["confidence"] == 0.9
+    assert sure_right.components["brier"] == pytest.approx(0.01) and sure_right.verifier == "rlcr:qa"
+    sure_wrong = score("rlcr:qa", "Lyon\n<confidence>0.9</confidence>", ["Paris"])
+    humble_wrong = score("rlcr:qa", "Lyon\n<confidence>0.1</confidence>", ["Paris"])
+    assert sure_wrong.score == pytest.approx(-0.81) and humble_wrong.score == pytest.approx(-0.01)
+    # The tag never reaches the verifier: a numeric answer is read from the text above it.
+    r = score("rlcr:numeric", "7 + 5 = 12\n<confidence>1</confidence>", "12")
+    assert r.score == 1.0 and r.components["brier"] == 0.0
+    assert score("rlcr", "#### 18 <confidence>75%</confidence>", {"verifier": "numeric", "ground_truth": "#### 18"}
+                 ).components["confidence"] == 0.75
+
+
+def test_rlcr_penalizes_a_missing_or_malformed_confidence_below_any_stated_one():
+    from agentrt.trajectory.rewards._rlcr import MALFORMED_CONFIDENCE_PENALTY, MISSING_CONFIDENCE_PENALTY
+
+    missing = score("rlcr:qa", "Paris", ["Paris"])
+    malformed = score("rlcr:qa", "Paris <confidence>very sure</confidence>", ["Paris"])
+    assert missing.penalties == {"missing_confidence": MISSING_CONFIDENCE_PENALTY}
+    assert malformed.penalties == {"malformed_confidence": MALFORMED_CONFIDENCE_PENALTY}
+    assert missing.score == pytest.approx(1.0 - 1.0 - MISSING_CONFIDENCE_PENALTY)
+    assert "confidence" not in missing.components and missing.components["brier"] == 1.0
+    worst_stated = min(score("rlcr:qa", f"Paris <confidence>{q}</confidence>", ["Paris"]).score for q in (0, 0.5, 1))
+    assert missing.score < worst_stated and malformed.score < worst_stated
+    # The base verifier's own penalty stays: a hedge scores below zero whatever the confidence.
+    hedge = score("rlcr:qa", "Paris or Lyon <confidence>0.5</confidence>", ["Paris"])
+    assert hedge.penalties == {"hedge": HEDGE_PENALTY} and hedge.score < 0
+
+
+def test_rlcr_names_the_verifiers_it_can_wrap():
+    from agentrt.core.errors import InputError
+
+    with pytest.raises(InputError, match="rlcr:qa"):
+        score("rlcr", "Paris <confidence>1</confidence>", "Paris")
+    with pytest.raises(InputError, match="numeric"):
+        score("rlcr:nope", "x", "y")

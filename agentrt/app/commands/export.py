@@ -1,4 +1,6 @@
-"""``agentrt export`` (trajectories -> trainer files) and ``agentrt train-policy --grpo`` (TRL GRPO on the CPU)."""
+"""``agentrt export`` (trajectories -> trainer files) and ``agentrt train-policy --grpo`` (TRL GRPO on the CPU).
+
+``train-policy --grpo --reward rlcr`` trains the policy to state a calibrated confidence (docs/rlcr.md)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--max-completion-length", type=int, default=16, help="new tokens per completion (default 16)")
     t.add_argument("--learning-rate", type=float, default=1e-4, help="learning rate (default 1e-4)")
     t.add_argument("--model-dir", help="a Hugging Face model folder (default: the embedded SmolLM2-135M)")
+    t.add_argument("--reward", choices=["verifier", "rlcr"], default="verifier",
+                   help="verifier: each row's verifier score; rlcr: the verifier's score minus the Brier term of the "
+                        "stated <confidence> (the confidence instruction is appended to every prompt; docs/rlcr.md)")
+    t.add_argument("--confidence", choices=["tail", "free"], default="tail",
+                   help="rlcr: 'tail' adds the grammar-constrained <confidence> tail when the policy states none "
+                        "(as routes do), 'free' leaves it to the policy (default tail)")
+    t.add_argument("--confidence-temperature", type=float, metavar="T",
+                   help="rlcr tail: sampling temperature of the confidence number alone (default 1.0; a small model "
+                        "prompted with one example number rarely samples others: 2.0 explores)")
+    t.add_argument("--watch", metavar="HELDOUT", help="rlcr: a trl-prompts file of held-out rows the overoptimization "
+                   "watch scores every --watch-every steps (curves: OUT/watch.png, OUT/watch.json)")
+    t.add_argument("--watch-every", type=int, default=10, help="steps between watch evaluations (default 10)")
+    t.add_argument("--no-stop-early", action="store_true", help="the watch reports but never stops training")
+    t.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="keep a checkpoint every N steps (model + optimizer); a later run with the same --out resumes")
     t.add_argument("--json", action="store_true", help="print the report as JSON")
     t.set_defaults(func=cmd_train_policy)
 
@@ -90,13 +107,47 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
 
     rows = read_prompt_rows(args.data) if args.data else toy_capital_rows()
     out = args.out or str(load_settings(args.config).home / "grpo")
+    callbacks = []
+    if args.watch:
+        callbacks.append(_watch(args, out))
     report = train_grpo(rows, out, model_dir=args.model_dir, steps=args.steps, num_generations=args.num_generations,
                         batch_size=args.batch_size, max_completion_length=args.max_completion_length,
-                        learning_rate=args.learning_rate)
+                        learning_rate=args.learning_rate, reward=args.reward, confidence=args.confidence,
+                        callbacks=callbacks, save_steps=args.checkpoint_every, resume=args.checkpoint_every > 0,
+                        confidence_temperature=args.confidence_temperature)
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
         print(f"GRPO: {report.steps} steps in {report.wall_s} s; mean reward per step: "
               f"{', '.join(f'{r:.3f}' for r in report.rewards)}; parameters changed: "
-              f"{report.changed_tensors}/{report.total_tensors} tensors (max |delta| {report.max_abs_delta:.2e})")
+              f"{report.changed_tensors}/{report.total_tensors} tensors (max |delta| {report.max_abs_delta:.2e}); "
+              f"policy saved: --policy hf:{report.output_dir}")
+        if report.components and args.reward == "rlcr":
+            last = report.components[-1]
+            print("last step: " + ", ".join(f"{k} {v:.3f}" for k, v in last.items()))
     return 0
+
+
+def _watch(args: argparse.Namespace, out: str):
+    """The overoptimization watch on the --watch rows (the reference model: the starting policy)."""
+    from pathlib import Path
+
+    from agentrt.core.config import load_settings
+    from agentrt.core.errors import InputError
+    from agentrt.train.grpo import read_prompt_rows, rlcr_rows
+    from agentrt.train.watch import HeldOut, make_watch
+
+    if args.reward != "rlcr":
+        raise InputError("--watch scores stated confidences: use it with --reward rlcr")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = args.model_dir
+    if model_dir is None:
+        from agentrt.backends._embedded import embedded_model_path
+
+        model_dir = embedded_model_path(load_settings(args.config).models_dir)
+    ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).requires_grad_(False)
+    held = HeldOut(rlcr_rows(read_prompt_rows(args.watch)), AutoTokenizer.from_pretrained(model_dir), reference=ref,
+                   max_answer_tokens=args.max_completion_length)
+    return make_watch(held, Path(out) / "watch", every=args.watch_every, stop_early=not args.no_stop_early)

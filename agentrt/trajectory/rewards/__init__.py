@@ -12,6 +12,11 @@ detectable cheating is penalized explicitly and scores below zero:
     >>> score("numeric", "... so she makes $18.\\n#### 18", "#### 18").score
     1.0
 
+``rlcr:<verifier>`` (e.g. ``rlcr:qa``) scores an answer that ends with a stated confidence
+``<confidence>q</confidence>``: the verifier's score on the stripped answer minus the Brier term, with
+penalties for a missing or malformed confidence (``_rlcr.py``); ``rlcr`` alone takes a ground truth
+``{"verifier": ..., "ground_truth": ...}``.
+
 Heavy verifiers import their library on first use (math-verify, if-verifiable: ``agentrt[rewards]``).
 """
 
@@ -54,6 +59,29 @@ VERIFIERS: dict[str, Callable[[str, Any], Reward]] = {
     "ifeval": _ifeval,
 }
 
+
+
+def _rlcr(response: str, ground_truth: Any) -> Reward:
+    if not isinstance(ground_truth, dict) or "verifier" not in ground_truth:
+        raise InputError("the rlcr reward needs a ground truth {'verifier': NAME, 'ground_truth': ...} "
+                         "or a verifier name such as rlcr:qa")
+    return rlcr_score(ground_truth["verifier"], response, ground_truth.get("ground_truth"))
+
+
+VERIFIERS["rlcr"] = _rlcr
+
+
+def rlcr_score(verifier: str, response: str, ground_truth: Any) -> Reward:
+    """RLCR on top of the named verifier: correct - (q - correct)^2, penalties for a missing/malformed q."""
+    from agentrt.trajectory.rewards._rlcr import rlcr_reward
+
+    base = VERIFIERS.get(verifier)
+    if base is None or verifier == "rlcr":
+        raise InputError(f"unknown verifier {verifier!r} under rlcr; choose one of: "
+                         f"{', '.join(v for v in VERIFIERS if v != 'rlcr')}")
+    return rlcr_reward(response, ground_truth, verifier, base)
+
+
 # Which verifier scores a data source (by default).
 DATA_SOURCES: dict[str, str] = {
     "gsm8k": "numeric", "math500": "math", "math": "math", "ifeval": "ifeval", "humaneval": "unit_tests",
@@ -69,6 +97,8 @@ def verifier_for(data_source: str) -> str | None:
 
 def score(verifier: str, response: str, ground_truth: Any) -> Reward:
     """Score ``response`` against ``ground_truth`` with the named verifier."""
+    if verifier.startswith("rlcr:"):
+        return rlcr_score(verifier.partition(":")[2], response, ground_truth)
     fn = VERIFIERS.get(verifier)
     if fn is None:
         raise InputError(f"unknown verifier {verifier!r}; choose one of: {', '.join(VERIFIERS)}")
@@ -79,6 +109,6 @@ def score(verifier: str, response: str, ground_truth: Any) -> Reward:
 
 
 __all__ = [
-    "Reward", "VERIFIERS", "DATA_SOURCES", "CHEAT_PENALTY", "HEDGE_PENALTY", "score", "verifier_for", "penalized",
+    "Reward", "VERIFIERS", "DATA_SOURCES", "CHEAT_PENALTY", "HEDGE_PENALTY", "score", "verifier_for", "penalized", "rlcr_score",
     "numeric_match", "qa_match", "exact_match", "f1_score", "normalize_answer", "unit_tests",
 ]
