@@ -141,9 +141,12 @@ def _store_errors(fn: Any) -> Any:
         except AgentrtError:
             raise
         except Exception as e:  # noqa: BLE001 - anything else from Chroma is a store failure
+            hint = ("check that the Chroma server is up (the next call reconnects once it is)"
+                    if self.location.startswith(("http://", "https://")) else
+                    "if the folder is damaged, move it away and re-index")
             raise BackendError(
                 f"memory store '{self.name}' at {self.location} failed in {fn.__name__} "
-                f"({type(e).__name__}: {_short(e)}); if the folder is damaged, move it away and re-index"
+                f"({type(e).__name__}: {_short(e)}); {hint}"
             ) from None
 
     return wrapper

@@ -4,7 +4,10 @@ Spec: ``openai:URL[,URL...]#MODEL[?option=value&...]``, each URL a ``/v1`` base.
 serve one model: each request goes to the healthy endpoint with the fewest requests in flight; a
 failed endpoint (connection error, timeout, 5xx) is benched for a cool-down that doubles with each
 consecutive failure and is tried again after it, and the request fails over at once to another
-endpoint. 429 and errors with no healthy endpoint left back off exponentially with jitter. Every
+endpoint. An endpoint benched because it could not be reached has its ``/models`` polled every
+``probe_s`` (a cheap GET, not a real request): it stays benched while unreachable, and a restarted
+server is back in use within seconds, not after a cool-down grown long while it was down. 429 and errors with no healthy endpoint left back off
+exponentially with jitter. Every
 request has a per-attempt timeout and an overall deadline: a dead server yields a BackendError in
 bounded time, never a hang.
 
@@ -47,6 +50,7 @@ OPTIONS: dict[str, type] = {
     "retries": int,              # extra attempts after the first
     "backoff_s": float,          # first back-off; doubles per attempt, with jitter
     "cooldown_s": float,         # bench time of a failed endpoint; doubles per consecutive failure
+    "probe_s": float,            # health-check interval of a benched endpoint (0: off, wait out the cool-down)
     "stream": bool,              # stream responses (SSE) instead of one JSON body
     "context_length": int,       # when the server does not say (vLLM does)
     "encoding": str,             # tiktoken encoding for estimates
@@ -64,6 +68,7 @@ class Endpoint:
     down_until: float = 0.0
     served: int = 0
     last_error: str = ""
+    probing: bool = False       # a health check is watching this benched endpoint
 
     @property
     def root(self) -> str:
@@ -76,7 +81,7 @@ class OpenAIBackend:
 
     def __init__(self, urls: list[str], model: str, *, api_key: str | None = None, timeout_s: float = 120.0,
                  deadline_s: float | None = None, retries: int = 3, backoff_s: float = 0.5,
-                 cooldown_s: float = 5.0, stream: bool = False, context_length: int = 8192,
+                 cooldown_s: float = 5.0, probe_s: float = 2.0, stream: bool = False, context_length: int = 8192,
                  encoding: str = "o200k_base", probe: bool = True) -> None:
         if not urls or not model:
             raise ConfigError("an openai backend needs at least one URL and a model: openai:URL[,URL]#MODEL")
@@ -84,6 +89,7 @@ class OpenAIBackend:
         self.model = model
         self.name = model
         self.timeout_s, self.retries, self.backoff_s, self.cooldown_s = timeout_s, retries, backoff_s, cooldown_s
+        self.probe_s = probe_s
         self.deadline_s = deadline_s if deadline_s is not None else timeout_s * (retries + 1)
         self.stream = stream
         self.context_length = context_length
@@ -97,6 +103,7 @@ class OpenAIBackend:
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._loop = BackgroundLoop(f"agentrt-openai-{model}")
         self._client: httpx.AsyncClient | None = None
+        self._watches: set[Any] = set()  # health checks of benched endpoints (futures on the private loop)
         if probe:
             self._probe()
 
@@ -109,7 +116,7 @@ class OpenAIBackend:
                 try:
                     resp = client.get(f"{ep.url}/models")
                 except httpx.HTTPError as e:
-                    self._bench(ep, f"unreachable ({type(e).__name__})")
+                    self._unreachable(ep, f"unreachable ({type(e).__name__})")
                     errors.append(f"{ep.url}: {type(e).__name__}")
                     continue
                 if resp.status_code in (401, 403):
@@ -189,6 +196,8 @@ class OpenAIBackend:
         return self._loop.run_sync(self._request(self._body(messages, params), params))
 
     def close(self) -> None:
+        for watch in list(self._watches):
+            watch.cancel()
         if self._client is not None:
             try:
                 self._loop.run_sync(self._client.aclose(), timeout=5)
@@ -240,6 +249,35 @@ class OpenAIBackend:
         ep.down_until = time.monotonic() + min(_MAX_COOLDOWN_S, self.cooldown_s * 2 ** (ep.failures - 1))
         self._event("endpoint_down", ep, why)
 
+    def _unreachable(self, ep: Endpoint, why: str) -> None:
+        """Bench an endpoint that did not answer at all (refused, reset, gone), and watch for its return.
+        A slow one (a timeout) or one that answers with errors is only benched: it is up, and unwell."""
+        self._bench(ep, why)
+        if self.probe_s > 0 and not ep.probing and len(self.endpoints) > 1 and not self._loop.loop.is_closed():
+            ep.probing = True  # from any thread (the set-up probe runs on the caller's)
+            self._watches.add(self._loop.submit(self._watch(ep)))
+            self._watches = {f for f in self._watches if not f.done()}
+
+    async def _watch(self, ep: Endpoint) -> None:
+        """Poll a benched, unreachable endpoint's ``/models`` every ``probe_s`` until it answers: a server
+        that is back (restarted, reachable again) takes requests at once, and while it stays unreachable
+        it stays benched, so no real request waits on it (a black-holed host costs a connect timeout)."""
+        try:
+            while ep.down_until > time.monotonic():
+                await asyncio.sleep(max(0.0, min(self.probe_s, ep.down_until - time.monotonic())))
+                client = await self._http()
+                try:
+                    resp = await client.get(f"{ep.url}/models", timeout=min(5.0, self.timeout_s))
+                except httpx.HTTPError:  # still unreachable: keep it benched until the next check
+                    ep.down_until = max(ep.down_until, time.monotonic() + self.probe_s + 1.0)
+                    continue
+                if resp.status_code < 400 or resp.status_code == 404:  # 404: a server that lists no models
+                    ep.down_until, ep.failures = 0.0, 0
+                    self._event("endpoint_up", ep, f"answered its health check (HTTP {resp.status_code})")
+                    return
+        finally:
+            ep.probing = False
+
     def _event(self, kind: str, ep: Endpoint, detail: str) -> None:
         self.events.append({"t": time.time(), "event": kind, "url": ep.url, "detail": detail})
         del self.events[:-100]
@@ -273,7 +311,10 @@ class OpenAIBackend:
                 data = await asyncio.wait_for(self._send(ep, body, relay), timeout=min(self.timeout_s, remaining))
             except (httpx.TransportError, asyncio.TimeoutError) as e:
                 why = f"{type(e).__name__}: {e}".rstrip(": ") if str(e) else type(e).__name__
-                self._bench(ep, why)
+                if isinstance(e, (asyncio.TimeoutError, httpx.TimeoutException)):
+                    self._bench(ep, why)
+                else:  # refused, reset, dropped mid-response: the server is gone
+                    self._unreachable(ep, why)
                 errors.append(f"{ep.url}: {why}")
                 events.append({"event": "attempt_failed", "url": ep.url, "error": why})
             except _Retryable as e:
