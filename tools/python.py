@@ -238,13 +238,17 @@ def _classify(launcher: str, status: dict, output: str, truncated: bool, timed_o
     # the limit, forks were refused. Two of slack: the supervisor samples the count every few ms, and a
     # fork bomb's processes come and go faster (a CI run saw a peak of 6 under a limit of 8).
     at_proc_limit = result.peak_procs >= limits.max_procs - int(status.get("procs_shared", 0)) - 2
+    # Under load the samples can miss a bomb whose processes die as soon as a fork is refused (CI saw a
+    # peak of 3 of 8): code that failed after starting at least the limit's worth of processes in its
+    # namespace (the kernel's count) is reported as stopped by the process limit.
+    created_enough = int(status.get("created_procs", 0)) >= limits.max_procs - int(status.get("procs_shared", 0))
     if timed_out:
         result.stopped = "procs" if at_proc_limit else "wall"  # a fork bomb churns until the wall clock
     elif not ended:
         result.stopped = "sandbox"
     elif result.signal in (signal.SIGXCPU, signal.SIGKILL) and (result.cpu_s or 0) >= 0.9 * limits.cpu_s:
         result.stopped = "cpu"  # SIGXCPU at the soft RLIMIT_CPU, SIGKILL at the hard one
-    elif (result.signal or result.exit_code) and at_proc_limit:
+    elif (result.signal or result.exit_code) and (at_proc_limit or created_enough):
         result.stopped = "procs"
     elif result.exit_code == MEMORY_EXIT:
         result.stopped = "memory"

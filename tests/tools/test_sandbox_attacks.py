@@ -423,3 +423,15 @@ def test_seccomp_syscall_numbers_match_libseccomp():
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     table = SYSCALLS[native_arch()]
     assert {name: lib.seccomp_syscall_resolve_name(name.encode()) for name in table} == table
+
+
+def test_process_limit_verdict_from_the_kernel_count_when_samples_miss_the_peak():
+    """Under load the supervisor's samples can miss a fork bomb whose processes die at the first refused
+    fork (a CI run saw a peak of 3 of 8); the kernel's count of processes started decides then."""
+    from tools.python import _classify
+
+    limits = SandboxLimits(max_procs=8)
+    base = {"ready": True, "layers": [], "procs_shared": 0, "peak_procs": 3, "cpu_s": 0.01, "exit_code": 1}
+    assert _classify("bwrap", {**base, "created_procs": 9}, "", False, False, limits).stopped == "procs"
+    assert _classify("bwrap", {**base, "created_procs": 4}, "", False, False, limits).stopped is None
+    assert _classify("bwrap", {**base, "created_procs": 9, "exit_code": 0}, "", False, False, limits).stopped is None
