@@ -73,6 +73,12 @@ def split_confidence(text: str) -> Stated:
     return Stated(text.strip(), None, "missing")
 
 
+def ask_for_confidence(content: str) -> str:
+    """A user message's text with ``"\n\n" + CONFIDENCE_INSTRUCTION`` appended (once): the one way routes
+    and the trainer ask a policy to write the tail itself."""
+    return content if CONFIDENCE_INSTRUCTION in content else f"{content}\n\n{CONFIDENCE_INSTRUCTION}"
+
+
 def brier(confidence: float, correct: float) -> float:
     """The Brier term ``(q - correct)^2``; ``correct`` may be partial credit in [0, 1]."""
     return (confidence - correct) ** 2

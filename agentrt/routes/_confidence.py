@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from agentrt.core.confidence import CLOSE_TAG, CONFIDENCE_CHOICES, CONFIDENCE_INSTRUCTION, OPEN_TAG, split_confidence
+from agentrt.core.confidence import (CLOSE_TAG, CONFIDENCE_CHOICES, OPEN_TAG, ask_for_confidence,
+                                     split_confidence)
 from agentrt.core.errors import BudgetExceeded, InputError
 from agentrt.core.types import GenParams, Message
 from agentrt.routes.context import RouteOutput, RunContext
@@ -61,7 +62,7 @@ def with_instruction(messages: list[Message]) -> list[Message]:
     out = list(messages)
     for i in range(len(out) - 1, -1, -1):
         if out[i].role == "user":
-            out[i] = Message("user", out[i].content + "\n\n" + CONFIDENCE_INSTRUCTION)
+            out[i] = Message("user", ask_for_confidence(out[i].content))
             break
     return out
 

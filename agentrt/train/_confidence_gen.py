@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt.core.confidence import CONFIDENCE_CHOICES, CONFIDENCE_INSTRUCTION, split_confidence
+from agentrt.core.confidence import CONFIDENCE_CHOICES, ask_for_confidence, split_confidence
 
 OPEN_TEXT = "\n<confidence>"
 
@@ -37,8 +37,7 @@ def with_instruction(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = [dict(m) for m in messages]
     for m in reversed(out):
         if m.get("role") == "user":
-            if CONFIDENCE_INSTRUCTION not in str(m["content"]):
-                m["content"] = f"{m['content']}\n\n{CONFIDENCE_INSTRUCTION}"
+            m["content"] = ask_for_confidence(str(m["content"]))
             break
     return out
 

@@ -40,31 +40,27 @@ CONFIDENT = 0.8
 
 
 def ece(probs: list[float], outcomes: list[bool], bins: int = 10) -> float | None:
-    """Expected calibration error over equal-width bins (the same rule as ``evals/metrics.py``)."""
-    if not probs:
-        return None
-    total = 0.0
-    for b in range(bins):
-        idx = [i for i, p in enumerate(probs) if min(int(p * bins), bins - 1) == b]
-        if idx:
-            acc = sum(outcomes[i] for i in idx) / len(idx)
-            conf = sum(probs[i] for i in idx) / len(idx)
-            total += len(idx) / len(probs) * abs(acc - conf)
-    return total
+    """Expected calibration error over equal-width bins: the router's rule (``train/router.py``)."""
+    from agentrt.train.router import calibration as binned
+
+    return binned(probs, [float(o) for o in outcomes], bins)["ece"] if probs else None
 
 
 def calibration(probs: list[float], outcomes: list[bool]) -> dict[str, float | None]:
     """Accuracy, ECE, AUROC, Brier and the confident-wrong rate of stated confidences against outcomes."""
+    from agentrt.train.router import calibration as binned
     from agentrt.train.router_eval import auroc  # the router's AUROC (ties count half); imported when used
 
     n = len(probs)
     if not n:
         return {"accuracy": None, "ece": None, "auroc": None, "brier": None, "confident_wrong": None}
+    labels = [float(o) for o in outcomes]
+    binned_stats = binned(probs, labels)
     return {
         "accuracy": sum(outcomes) / n,
-        "ece": ece(probs, outcomes),
-        "auroc": auroc(probs, [float(o) for o in outcomes]),
-        "brier": sum((p - float(o)) ** 2 for p, o in zip(probs, outcomes)) / n,
+        "ece": binned_stats["ece"],
+        "auroc": auroc(probs, labels),
+        "brier": binned_stats["brier"],
         "confident_wrong": sum(p >= CONFIDENT and not o for p, o in zip(probs, outcomes)) / n,
     }
 
