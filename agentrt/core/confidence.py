@@ -19,9 +19,11 @@ from typing import Literal
 
 OPEN_TAG, CLOSE_TAG = "<confidence>", "</confidence>"
 
+# No example number: the 135M model copies one (with "<confidence>0.7</confidence>" here it put 0.97 of its
+# mass on 0.7 for every question, leaving nothing for calibration training to reweight; docs/rlcr.md).
 CONFIDENCE_INSTRUCTION = (
-    "After your answer, on a new line, state how likely it is that your answer is correct, as a number "
-    "between 0 and 1 in this exact form: <confidence>0.7</confidence>")
+    "After your answer, on a new line, state how likely it is that your answer is correct, as a probability p "
+    "between 0 and 1, in this exact form: <confidence>p</confidence>")
 
 # What a grammar-constrained tail may produce: 0.0, 0.05, ..., 1.0 (two decimals at most keeps it a few tokens).
 CONFIDENCE_CHOICES: list[str] = [f"{i / 20:.2f}".rstrip("0").rstrip(".") if i % 20 else f"{i // 20}.0"

@@ -95,12 +95,15 @@ def _generate(model: Any, tokenizer: Any, rows: list[list[int]], *, max_new_toke
 
 def generate_with_confidence(model: Any, tokenizer: Any, prompt_rows: list[list[int]], *, max_answer_tokens: int,
                              sample: bool, temperature: float = 1.0, tail: ConfidenceTail | None = None,
-                             force_tail: bool = True, tail_temperature: float | None = None) -> list[Rollout]:
+                             force_tail: bool = True, tail_temperature: float | None = None,
+                             train_answer: bool = True) -> list[Rollout]:
     """Answer every prompt (token ids, chat template applied); add the grammar tail where no confidence was stated.
 
     ``force_tail=False``: free generation only (the model must write the tag itself; used to measure that).
     ``tail_temperature``: sampling temperature of the confidence number alone (exploration: a small model prompted
-    with one example number puts nearly all its mass on it, and GRPO can only reweight what it samples)."""
+    with one example number puts nearly all its mass on it, and GRPO can only reweight what it samples).
+    ``train_answer=False``: only the confidence number is trained (the answer's tokens, and a tag the policy wrote
+    itself, get mask 0)."""
     tail = tail or ConfidenceTail(tokenizer)
     answers, answer_lps = _generate(model, tokenizer, prompt_rows, max_new_tokens=max_answer_tokens, sample=sample,
                                     temperature=temperature)
@@ -110,7 +113,7 @@ def generate_with_confidence(model: Any, tokenizer: Any, prompt_rows: list[list[
     for i, (ids, lps) in enumerate(zip(answers, answer_lps)):
         text = tokenizer.decode(ids, skip_special_tokens=True)
         status = split_confidence(text).status
-        out.append(Rollout(prompt_rows[i], list(ids), list(lps), [1] * len(ids), text, False,
+        out.append(Rollout(prompt_rows[i], list(ids), list(lps), [int(train_answer)] * len(ids), text, False,
                            hit_limit=not ids or ids[-1] != eos))
         if status == "missing" and force_tail:
             need.append(i)
@@ -120,7 +123,7 @@ def generate_with_confidence(model: Any, tokenizer: Any, prompt_rows: list[list[
     for i in need:
         r = out[i]
         body = r.completion_ids[:-1] if r.completion_ids and r.completion_ids[-1] == eos else r.completion_ids
-        r.completion_ids, r.logprobs, r.mask = list(body), r.logprobs[:len(body)], [1] * len(body)
+        r.completion_ids, r.logprobs, r.mask = list(body), r.logprobs[:len(body)], [int(train_answer)] * len(body)
         bases.append(r.prompt_ids + r.completion_ids + tail.open_ids)
     tails, tail_lps = _generate(model, tokenizer, bases, max_new_tokens=tail.max_len, sample=sample,
                                 temperature=tail_temperature or temperature, allowed=tail.allowed)
@@ -143,7 +146,7 @@ def prompt_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
 
 
 def rollout_func(*, max_answer_tokens: int, temperature: float = 1.0, force_tail: bool = True,
-                 tail_temperature: float | None = None) -> Any:
+                 tail_temperature: float | None = None, train_answer: bool = True) -> Any:
     """A TRL ``rollout_func``: one sampled completion (answer + confidence) per prompt it is given."""
     state: dict[str, Any] = {}
 
@@ -154,7 +157,8 @@ def rollout_func(*, max_answer_tokens: int, temperature: float = 1.0, force_tail
         rows = [prompt_ids(tokenizer, p) if isinstance(p, list) else tokenizer(p).input_ids for p in prompts]
         rolls = generate_with_confidence(trainer.model, tokenizer, rows, max_answer_tokens=max_answer_tokens,
                                          sample=True, temperature=temperature, tail=state["tail"],
-                                         force_tail=force_tail, tail_temperature=tail_temperature)
+                                         force_tail=force_tail, tail_temperature=tail_temperature,
+                                         train_answer=train_answer)
         return {"prompt_ids": [r.prompt_ids for r in rolls], "completion_ids": [r.completion_ids for r in rolls],
                 "logprobs": [r.logprobs for r in rolls], "env_mask": [r.mask for r in rolls],
                 "tail_added": [r.tail_added for r in rolls]}

@@ -100,7 +100,7 @@ def rlcr_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**r, "prompt": with_instruction(r["prompt"])} for r in rows]
 
 
-def _reward_fn(reward: str, components: list[dict[str, float]]) -> Any:
+def _reward_fn(reward: str, components: list[dict[str, float]], calibration_only: bool = False) -> Any:
     from agentrt.trajectory import rewards
 
     def reward_fn(completions: list[Any], answer: list[Any], verifier: list[Any] | None = None, **_: Any) -> list[float]:
@@ -109,8 +109,11 @@ def _reward_fn(reward: str, components: list[dict[str, float]]) -> Any:
             text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
             name = verifier[i] if verifier else "qa"
             r = rewards.score(f"rlcr:{name}" if reward == "rlcr" else name, text, json.loads(answer[i]))
-            out.append(r.score)
-            parts.append({"score": r.score, **{k: v for k, v in r.components.items() if not k.startswith("base_")},
+            # Training the confidence alone: the correctness term only adds noise to its tokens' gradient (the
+            # answer is fixed by then), so the scalar is the calibration part: -(Brier + confidence penalties).
+            calibration = r.score - float(r.components.get("correct", 0.0))
+            out.append(round(calibration, 6) if calibration_only else r.score)
+            parts.append({"score": r.score, "calibration": calibration, **{k: v for k, v in r.components.items() if not k.startswith("base_")},
                           "missing": float("missing_confidence" in r.penalties),
                           "malformed": float("malformed_confidence" in r.penalties)})
         # One mean per generation batch (one optimizer step at gradient_accumulation_steps=1).
@@ -122,11 +125,27 @@ def _reward_fn(reward: str, components: list[dict[str, float]]) -> Any:
     return reward_fn
 
 
+def _freeze_below(model: Any, top: int) -> None:
+    """Freeze every parameter but the top ``top`` decoder layers and the final norm."""
+    decoder = model.get_decoder()
+    layers = getattr(decoder, "layers", None)
+    if layers is None or top > len(layers):
+        raise InputError(f"train_layers={top}: the model has {len(layers) if layers is not None else 'no'} "
+                         "decoder layers; pick a number up to that, or 0 to train them all")
+    model.requires_grad_(False)
+    for layer in list(layers)[-top:]:
+        layer.requires_grad_(True)
+    norm = getattr(decoder, "norm", None)
+    if norm is not None:
+        norm.requires_grad_(True)
+
+
 def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir: str | Path | None = None,
                steps: int = 2, num_generations: int = 4, batch_size: int = 4, max_completion_length: int = 16,
                learning_rate: float = 1e-4, seed: int = 0, reward: str = "verifier", confidence: str = "tail",
                callbacks: list[Any] | None = None, save: bool = True, save_steps: int = 0,
-               resume: bool = False, confidence_temperature: float | None = None) -> TrainReport:
+               resume: bool = False, confidence_temperature: float | None = None, train: str = "all",
+               temperature: float = 1.0, train_layers: int = 0) -> TrainReport:
     """Run ``steps`` GRPO steps on ``rows``; return rewards per step and the parameter change.
 
     ``reward="rlcr"``: the confidence instruction is appended to every prompt and completions are scored with
@@ -136,13 +155,25 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     with ``--policy hf:OUTPUT_DIR``). ``save_steps`` > 0 keeps a checkpoint every that many steps, and
     ``resume`` continues from the newest one in ``output_dir``. ``callbacks``: TRL/transformers TrainerCallbacks
     (the overoptimization watch is one: ``agentrt.train.watch``). ``confidence_temperature``: sampling temperature
-    of the confidence number in the tail (default: the rollout's 1.0; higher explores more numbers). Runs on a GPU
-    when one is visible."""
+    of the confidence number in the tail (default: ``temperature``; higher explores more numbers). ``temperature``:
+    sampling temperature of the answers. ``train="confidence"`` (rlcr with the tail only): the answer tokens are
+    masked out of the loss and each completion is rewarded by its calibration part alone, -(Brier + penalties):
+    the policy learns to state how sure it is without its answers moving (a small model trained on the whole
+    completion games the format; docs/rlcr.md). ``train_layers`` > 0: only the top that many decoder layers and
+    the final norm are trained, the rest (embeddings and the tied head included) stay frozen, which keeps the
+    answers of a small model from drifting while its confidence is trained. Runs on a GPU when one is visible."""
     if steps < 1 or num_generations < 2 or batch_size % num_generations:
         raise InputError("need steps >= 1, num_generations >= 2 and batch_size a multiple of num_generations")
     if reward not in REWARDS or confidence not in ("tail", "free"):
         raise InputError(f"reward must be one of {', '.join(REWARDS)} and confidence one of tail, free; "
                          f"got {reward!r}, {confidence!r}")
+    if train not in ("all", "confidence") or (train == "confidence" and (reward, confidence) != ("rlcr", "tail")):
+        raise InputError(f"train must be 'all' or 'confidence', and 'confidence' needs reward rlcr with the tail "
+                         f"(--reward rlcr --confidence tail); got {train!r} with reward {reward!r}, confidence {confidence!r}")
+    if temperature <= 0 or (confidence_temperature is not None and confidence_temperature <= 0):
+        raise InputError("sampling temperatures must be > 0")
+    if train_layers < 0:
+        raise InputError("train_layers must be >= 0 (0 trains every layer)")
     try:
         import torch
         from datasets import Dataset
@@ -166,6 +197,8 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if train_layers > 0:
+        _freeze_below(model, train_layers)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
 
     names = [r.get("verifier") or rewards.verifier_for(r.get("data_source") or "") for r in rows]
@@ -186,17 +219,18 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
 
         tail = ConfidenceTail(tokenizer)
         completion_budget += len(tail.open_ids) + tail.max_len + 1
-        extra["rollout_func"] = rollout_func(max_answer_tokens=max_completion_length,
-                                             tail_temperature=confidence_temperature)
+        extra["rollout_func"] = rollout_func(max_answer_tokens=max_completion_length, temperature=temperature,
+                                             tail_temperature=confidence_temperature,
+                                             train_answer=train == "all")
     gpu = torch.cuda.is_available()
     config = GRPOConfig(
         output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=batch_size,
         num_generations=num_generations, max_completion_length=completion_budget, use_vllm=False,
         use_cpu=not gpu, bf16=False, gradient_checkpointing=False, learning_rate=learning_rate, report_to="none",
         logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-        save_total_limit=1, save_only_model=False, seed=seed, temperature=1.0, dataloader_num_workers=0,
+        save_total_limit=1, save_only_model=False, seed=seed, temperature=temperature, dataloader_num_workers=0,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=_reward_fn(reward, components), args=config,
+    trainer = GRPOTrainer(model=model, reward_funcs=_reward_fn(reward, components, train == "confidence"), args=config,
                           train_dataset=Dataset.from_dict(columns), processing_class=tokenizer,
                           callbacks=list(callbacks or []), **extra)
     started = time.perf_counter()

@@ -1,27 +1,33 @@
 """Benchmark: RLCR (calibration RL) on the embedded model, base vs trained on held-out items (issue 21).
 
-    .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench            # full size (~90 min, 2 idle cores*)
+    .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --seed 1   # full size (~90 min here*)
     .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --quick    # pipeline check (minutes)
 
 Data (built once, seeded, written to OUT/train.jsonl and OUT/heldout.jsonl as trl-prompts rows): a mix where the
 135M model is sometimes right: easy factual questions (evals/data/easy-dev.jsonl, qa verifier), arithmetic
 generated here with known answers (one-digit sums, two-digit sums, two-digit products: numeric verifier),
 SimpleQA and GSM8K items from the shipped suites (almost always wrong at this size). Items are split
-train / held-out by item, never tuned on the held-out part.
+train / held-out by item, never tuned on the held-out part (docs/rlcr.md's run uses --seed 1; the learning rate
+and the instruction were chosen on small probes of the seed-0 split).
+
+Training (defaults): GRPO on the confidence number alone (``train="confidence"``: the answer's tokens masked,
+reward = the calibration part of RLCR), top 4 decoder layers, lr 6e-5, answers sampled at temperature 0.7.
+``--train all`` trains the whole completion on the full RLCR reward instead.
 
 Both models answer greedily with the runtime's convention: the confidence instruction appended to the prompt;
 when the policy writes no ``<confidence>`` tag itself the runtime adds the grammar-constrained tail
 (``agentrt/train/_confidence_gen.py``). "Right" = the verifier's score >= 0.5 (qa gives F1 partial credit).
 Metrics on the held-out items: accuracy, ECE (10 bins), AUROC and Brier of the stated confidence, the confident-
-wrong rate (q >= 0.8 and wrong), how often the policy stated no confidence on its own (free-missing).
+wrong rate (q >= 0.8 and wrong), how often the policy stated no confidence on its own (free-missing), and the
+same per kind of item. The base model is scored twice: with the runtime's instruction and with its earlier one
+(which showed the example number 0.7); "ECE halved" is checked against the better of the two.
 
 Resumable: every stage writes its result under OUT and is skipped when present; training keeps a checkpoint
 every --every steps (model + optimizer) and a stopped run resumes from the newest. Prints a markdown table
 (OUT/table.md) and the watch curves (OUT/watch.png, OUT/watch.json).
 
-* An estimate: 150 steps at ~30 s (TRL GRPO steps took 11-38 s on idle cores) plus 15 watch evaluations and two
-scorings of 80 items. Not measured at full size yet: the run in docs/rlcr.md is a reduced one on a loaded machine
-(89 s per step there).
+* Measured: docs/rlcr.md (150 steps at ~20-30 s on one thread, 15 watch evaluations of 32 items, three scorings
+of 80 items).
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SHORT = " Reply with just the answer."
+# The runtime's instruction before it dropped its example number: scored as a second base, so "ECE halved" is
+# checked against the better-calibrated prompting, not only the current one.
+ANCHORED_INSTRUCTION = ("After your answer, on a new line, state how likely it is that your answer is correct, as a "
+                        "number between 0 and 1 in this exact form: <confidence>0.7</confidence>")
 
 
 def _rows(path: str) -> list[dict]:
@@ -58,9 +68,9 @@ def build_items(seed: int) -> dict[str, list[dict]]:
     kinds["easy"] = [_row(r["question"], r["answers"], "qa", "easy-dev") for r in _rows("easy-dev.jsonl")]
     seen: set[str] = set()
 
-    def arith(kind: str, make) -> None:
+    def arith(kind: str, make, n: int = 60) -> None:
         out = []
-        while len(out) < 60:
+        while len(out) < n:
             q, a = make()
             if q not in seen:
                 seen.add(q)
@@ -68,7 +78,7 @@ def build_items(seed: int) -> dict[str, list[dict]]:
         kinds[f"arith-{kind}"] = out
 
     def one():
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        a, b = rng.randint(0, 9), rng.randint(1, 9)
         return f"What is {a} + {b}?", a + b
 
     def two():
@@ -79,7 +89,7 @@ def build_items(seed: int) -> dict[str, list[dict]]:
         a, b = rng.randint(11, 99), rng.randint(11, 99)
         return f"What is {a} times {b}?", a * b
 
-    arith("1digit-sum", one)
+    arith("1digit-sum", one, 88)
     arith("2digit-sum", two)
     arith("2digit-product", mul)
     kinds["simpleqa"] = [_row(r["question"], [r["answer"]], "qa", "simpleqa") for r in _rows("simpleqa.jsonl")[:80]]
@@ -89,9 +99,10 @@ def build_items(seed: int) -> dict[str, list[dict]]:
     return kinds
 
 
-# Share of each kind in both splits: about half the items are ones the 135M model can get right.
-MIX = {"easy": 0.25, "arith-1digit-sum": 0.2, "arith-2digit-sum": 0.15, "arith-2digit-product": 0.1,
-       "simpleqa": 0.15, "gsm8k": 0.15}
+# Share of each kind in both splits. The 135M model gets about half the one-digit sums right, some easy
+# questions and two-digit sums, and almost nothing else: a confidence that tells these apart can rank.
+MIX = {"easy": 0.2, "arith-1digit-sum": 0.3, "arith-2digit-sum": 0.15, "arith-2digit-product": 0.1,
+       "simpleqa": 0.1, "gsm8k": 0.15}
 
 
 def split(seed: int, n_train: int, n_held: int) -> tuple[list[dict], list[dict]]:
@@ -150,7 +161,22 @@ def _fmt(v) -> str:
     return "—" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
 
 
-def table(base: dict, trained: dict, train_info: dict, args, load: str) -> str:
+def by_kind(held: list[dict], base: dict, trained: dict) -> list[str]:
+    """Per kind of item: how many were right and the mean stated confidence, base vs trained."""
+    kinds: dict[str, list[int]] = {}
+    for i, row in enumerate(held):
+        kinds.setdefault(str(row.get("data_source")), []).append(i)
+    lines = ["| kind | items | right base | right trained | mean q base | mean q trained |", "|---|---|---|---|---|---|"]
+    for kind, idx in sorted(kinds.items()):
+        def mean_q(result):
+            qs = [result["records"][i]["confidence"] for i in idx if result["records"][i]["confidence"] is not None]
+            return f"{sum(qs) / len(qs):.2f}" if qs else "—"
+        right = [sum(bool(r["records"][i]["correct"]) for i in idx) for r in (base, trained)]
+        lines.append(f"| {kind} | {len(idx)} | {right[0]} | {right[1]} | {mean_q(base)} | {mean_q(trained)} |")
+    return lines
+
+
+def table(base: dict, trained: dict, train_info: dict, args, load: str, held: list[dict] | None = None) -> str:
     lines = [f"RLCR on {args.model_label}: {train_info['steps']} GRPO steps ({train_info['wall_s']:.0f} s wall for training + watch, "
              f"{train_info['step_s']:.1f} s per optimizer step, {train_info.get('watch_evals', 0)} watch evaluations), {train_info['n_train']} train prompts, "
              f"{base['n']} held-out items; load average {load}", "",
@@ -170,6 +196,19 @@ def table(base: dict, trained: dict, train_info: dict, args, load: str) -> str:
                   f"paired bootstrap 95% CI [{lo:+.3f}, {hi:+.3f}]"]
     if train_info.get("stopped"):
         lines.append(f"watch stopped training early: {train_info['stopped']}")
+    lines += ["", f"trained: {args.train} (top {args.train_layers or 'all'} layers), learning rate "
+                  f"{args.learning_rate:g}, answer temperature {args.temperature:g}, confidence temperature "
+                  f"{args.confidence_temperature:g}, {args.num_generations} generations per prompt, "
+                  f"{args.batch_size} completions per step"]
+    anchored = getattr(args, "anchored", None)
+    if anchored:
+        best = min(base["ece"], anchored["ece"])
+        lines += ["", f"base prompted with the earlier instruction (example number 0.7): accuracy {anchored['accuracy']:.3f}, "
+                      f"ECE {_fmt(anchored['ece'])}, AUROC {_fmt(anchored['auroc'])}, Brier {_fmt(anchored['brier'])}, "
+                      f"mean q {_fmt(anchored['confidence_mean'])}; trained ECE / the better base's ECE: "
+                      f"{trained['ece'] / best:.2f}x" if best else ""]
+    if held is not None:
+        lines += [""] + by_kind(held, base, trained)
     return "\n".join(lines)
 
 
@@ -185,10 +224,18 @@ def main() -> None:
     ap.add_argument("--num-generations", type=int, default=4, help="GRPO group size (default 4)")
     ap.add_argument("--batch-size", type=int, default=8, help="completions per step (default 8: 2 prompts x 4)")
     ap.add_argument("--max-answer-tokens", type=int, default=16, help="answer tokens before the confidence (default 16)")
-    ap.add_argument("--learning-rate", type=float, default=1e-4, help="default 1e-4")
-    ap.add_argument("--confidence-temperature", type=float, default=2.0,
-                    help="sampling temperature of the confidence number in training rollouts (default 2.0: the "
-                         "base model puts nearly all its mass on the instruction's example, 0.7)")
+    ap.add_argument("--learning-rate", type=float, default=6e-5, help="default 6e-5")
+    ap.add_argument("--train", choices=["confidence", "all"], default="confidence",
+                    help="what GRPO trains: the confidence number alone, rewarded by its calibration part "
+                         "(default), or the whole completion with the full RLCR reward")
+    ap.add_argument("--train-layers", type=int, default=4,
+                    help="train only the top N decoder layers and the final norm (default 4 of 30; 0 = all)")
+    ap.add_argument("--temperature", type=float, default=0.7,
+                    help="sampling temperature of the answers in training rollouts (default 0.7: nearer the "
+                         "greedy answers the held-out items are scored on)")
+    ap.add_argument("--confidence-temperature", type=float, default=1.0,
+                    help="sampling temperature of the confidence number in training rollouts (default 1.0; raise it "
+                         "when the prompted model puts nearly all its mass on one number)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-stop-early", action="store_true", help="let the watch report but never stop training")
     args = ap.parse_args()
@@ -218,6 +265,10 @@ def main() -> None:
     print(f"data: {len(train)} train prompts, {len(held)} held-out items ({out})", file=sys.stderr)
 
     base = _score(base_dir, held, args.max_answer_tokens, out / "base.json")
+    raw = read_prompt_rows(out / "heldout.jsonl")
+    anchored_rows = [{**r, "prompt": r["prompt"][:-1] + [{**r["prompt"][-1], "content": f"{r['prompt'][-1]['content']}\n\n"
+                                                          f"{ANCHORED_INSTRUCTION}"}]} for r in raw]
+    args.anchored = _score(base_dir, anchored_rows, args.max_answer_tokens, out / "base-anchored.json")
     print(f"base: accuracy {base['accuracy']:.3f}, ECE {_fmt(base['ece'])}, AUROC {_fmt(base['auroc'])}, "
           f"free-missing {base['free_missing']:.2f} ({base['wall_s']} s)", file=sys.stderr)
 
@@ -233,7 +284,8 @@ def main() -> None:
                             batch_size=args.batch_size, max_completion_length=args.max_answer_tokens,
                             learning_rate=args.learning_rate, seed=args.seed, reward="rlcr", callbacks=[watch],
                             save_steps=args.every, resume=True,
-                            confidence_temperature=args.confidence_temperature)
+                            confidence_temperature=args.confidence_temperature, train=args.train,
+                            temperature=args.temperature, train_layers=args.train_layers)
         wall = time.perf_counter() - started
         # Optimizer-step time survives a resume (TRL logs it per step into the checkpointed trainer state);
         # the wall time is this process's (training + the watch's scoring).
@@ -246,7 +298,7 @@ def main() -> None:
     info = json.loads(info_path.read_text())
     trained = _score(policy, held, args.max_answer_tokens, out / "trained.json")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    text = table(base, trained, info, args, load)
+    text = table(base, trained, info, args, load, held)
     (out / "table.md").write_text(text + "\n")
     print(text)
 

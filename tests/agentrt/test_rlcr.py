@@ -75,3 +75,26 @@ def test_one_rlcr_step_saves_a_policy_that_states_its_confidence(tmp_path, capsy
         assert stated.status == "ok" and 0.0 <= stated.confidence <= 1.0, stated
     finally:
         backend.close()
+
+
+def test_confidence_only_training_moves_only_the_top_layers_and_is_paid_by_calibration(tmp_path, capsys):
+    from agentrt.app.cli import main
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": q}], "answer": a, "verifier": "numeric"}) + "\n"
+                            for q, a in (("What is 2 + 3?", "5"), ("What is 4 + 4?", "8"))))
+    out = tmp_path / "policy"
+    code = main(["train-policy", "--grpo", "--reward", "rlcr", "--train", "confidence", "--train-layers", "2",
+                 "--data", str(data), "--out", str(out), "--steps", "1", "--num-generations", "2", "--batch-size", "4",
+                 "--max-completion-length", "4", "--confidence-temperature", "3", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # Two Llama decoder layers (4 attention + 3 MLP weights + 2 norms each) and the final norm; nothing else.
+    assert report["changed_tensors"] == 2 * 9 + 1 and report["total_tensors"] > 200
+    parts = report["components"][0]
+    # The scalar GRPO optimizes is the calibration part alone: -(Brier + penalties), never the correctness.
+    assert report["rewards"][0] == pytest.approx(parts["calibration"], abs=1e-4)
+    assert parts["calibration"] == pytest.approx(-parts["brier"], abs=1e-4) and parts["missing"] == 0.0
+    assert main(["train-policy", "--grpo", "--reward", "verifier", "--train", "confidence", "--data", str(data),
+                 "--out", str(out)]) == 2
+    assert "--reward rlcr" in capsys.readouterr().err

@@ -49,6 +49,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--confidence-temperature", type=float, metavar="T",
                    help="rlcr tail: sampling temperature of the confidence number alone (default 1.0; a small model "
                         "prompted with one example number rarely samples others: 2.0 explores)")
+    t.add_argument("--train", choices=["all", "confidence"], default="all", dest="train_part",
+                   help="rlcr with the tail: 'confidence' trains only the stated number, rewarded by its calibration "
+                        "part (the answers do not move), 'all' the whole completion with the full reward (default all)")
+    t.add_argument("--train-layers", type=int, default=0, metavar="N",
+                   help="train only the top N decoder layers and the final norm; the rest stays frozen (default 0: all)")
+    t.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                   help="sampling temperature of the rollouts' answers (default 1.0)")
     t.add_argument("--watch", metavar="HELDOUT", help="rlcr: a trl-prompts file of held-out rows the overoptimization "
                    "watch scores every --watch-every steps (curves: OUT/watch.png, OUT/watch.json)")
     t.add_argument("--watch-every", type=int, default=10, help="steps between watch evaluations (default 10)")
@@ -114,7 +121,8 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
                         batch_size=args.batch_size, max_completion_length=args.max_completion_length,
                         learning_rate=args.learning_rate, reward=args.reward, confidence=args.confidence,
                         callbacks=callbacks, save_steps=args.checkpoint_every, resume=args.checkpoint_every > 0,
-                        confidence_temperature=args.confidence_temperature)
+                        confidence_temperature=args.confidence_temperature, train=args.train_part,
+                        train_layers=args.train_layers, temperature=args.temperature)
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
