@@ -111,11 +111,13 @@ def _reward_fn(reward: str, components: list[dict[str, float]], calibration_only
             r = rewards.score(f"rlcr:{name}" if reward == "rlcr" else name, text, json.loads(answer[i]))
             # Training the confidence alone: the correctness term only adds noise to its tokens' gradient (the
             # answer is fixed by then), so the scalar is the calibration part: -(Brier + confidence penalties).
-            calibration = r.score - float(r.components.get("correct", 0.0))
-            out.append(round(calibration, 6) if calibration_only else r.score)
-            parts.append({"score": r.score, "calibration": calibration, **{k: v for k, v in r.components.items() if not k.startswith("base_")},
-                          "missing": float("missing_confidence" in r.penalties),
-                          "malformed": float("malformed_confidence" in r.penalties)})
+            part = {"score": r.score, **{k: v for k, v in r.components.items() if not k.startswith("base_")},
+                    "missing": float("missing_confidence" in r.penalties),
+                    "malformed": float("malformed_confidence" in r.penalties)}
+            if reward == "rlcr":
+                part["calibration"] = round(r.score - float(r.components["correct"]), 6)
+            out.append(part["calibration"] if calibration_only else r.score)
+            parts.append(part)
         # One mean per generation batch (one optimizer step at gradient_accumulation_steps=1).
         keys = sorted({k for p in parts for k in p})
         components.append({k: round(sum(p[k] for p in parts if k in p) / max(1, sum(k in p for p in parts)), 6)

@@ -16,6 +16,8 @@ Collapse flags (reported in the log, on stderr and in the plot; they do not stop
 * ``format_gaming``: over half the answers are the same text, or are empty, or carry a malformed tag, or over
   a quarter carry pieces of the tag in the answer itself (``<0.05</confidence).`` instead of an answer);
 * ``length_blowup``: mean length over ``length_factor`` x the first evaluation's, or over half cut at the limit.
+* ``answer_drift``: held-out accuracy more than ``drift`` (0.1) below the first evaluation's: training the
+  confidence moved the answers (on the 135M model its low numbers leaked into them: "The answer is 0.0000").
 
 Early stop (``stop_early``): training stops when the held-out value has stayed more than ``tol`` below its best
 for ``patience`` evaluations in a row while the train reward (mean over the steps since the previous evaluation)
@@ -163,7 +165,7 @@ class HeldOut:
 
 
 def flags(entry: dict[str, Any], first: dict[str, Any] | None, *, collapse_std: float = 0.02,
-          length_factor: float = 2.0) -> list[str]:
+          length_factor: float = 2.0, drift: float = 0.1) -> list[str]:
     """Collapse flags for one evaluation (see the module docstring)."""
     out = []
     if entry.get("stated", 0) >= 5 and entry.get("confidence_std", 1.0) < collapse_std:
@@ -174,6 +176,9 @@ def flags(entry: dict[str, Any], first: dict[str, Any] | None, *, collapse_std: 
     if (first and first.get("mean_length") and entry["mean_length"] > length_factor * first["mean_length"]) \
             or entry.get("truncated", 0) > 0.5:
         out.append("length_blowup")
+    if first and first.get("accuracy") is not None and entry.get("accuracy") is not None \
+            and entry["accuracy"] < first["accuracy"] - drift:
+        out.append("answer_drift")
     return out
 
 
@@ -208,7 +213,8 @@ def plot(entries: list[dict[str, Any]], train: list[tuple[int, float]], path: st
     steps = [e["step"] for e in entries]
     ax = axes[0]
     if train:
-        ax.plot([s for s, _ in train], [r for _, r in train], color="0.6", lw=1, label="train reward (per step)")
+        ax.plot([s for s, _ in train], [r for _, r in train], color="0.6", lw=1,
+                label="train reward (per step; GRPO's scalar)")
     ax.plot(steps, [e.get("value") for e in entries], "o-", label="held-out RLCR reward")
     ax.set_ylabel("reward")
     ax.legend(fontsize=8)

@@ -30,6 +30,9 @@ def test_watch_flags_collapse_and_stops_only_when_held_out_falls_while_train_ris
     assert flags({**first, "same_answer": 0.9}, first) == ["format_gaming"]
     assert flags({**first, "tag_in_answer": 0.4}, first) == ["format_gaming"]  # "<0.05</confidence)." as the answer
     assert flags({**first, "mean_length": 25}, first) == ["length_blowup"]
+    # Accuracy down from 0.35 to 0.2 ("The answer is 0.0000" after confidence training): the answers moved.
+    assert flags({**first, "accuracy": 0.2}, {**first, "accuracy": 0.35}) == ["answer_drift"]
+    assert flags({**first, "accuracy": 0.3}, {**first, "accuracy": 0.35}) == []  # within the 0.1 allowance
 
     def entries(values, trains):
         return [{"step": 5 * i, "value": v, "train_reward": t} for i, (v, t) in enumerate(zip(values, trains))]
