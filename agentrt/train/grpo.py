@@ -109,12 +109,12 @@ def _reward_fn(reward: str, components: list[dict[str, float]], calibration_only
             text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
             name = verifier[i] if verifier else "qa"
             r = rewards.score(f"rlcr:{name}" if reward == "rlcr" else name, text, json.loads(answer[i]))
-            # Training the confidence alone: the correctness term only adds noise to its tokens' gradient (the
-            # answer is fixed by then), so the scalar is the calibration part: -(Brier + confidence penalties).
             part = {"score": r.score, **{k: v for k, v in r.components.items() if not k.startswith("base_")},
                     "missing": float("missing_confidence" in r.penalties),
                     "malformed": float("malformed_confidence" in r.penalties)}
             if reward == "rlcr":
+                # Training the confidence alone: the correctness term only adds noise to its tokens' gradient (the
+                # answer is fixed by then), so that scalar is the calibration part: -(Brier + confidence penalties).
                 part["calibration"] = round(r.score - float(r.components["correct"]), 6)
             out.append(part["calibration"] if calibration_only else r.score)
             parts.append(part)

@@ -1,6 +1,6 @@
 """Benchmark: RLCR (calibration RL) on the embedded model, base vs trained on held-out items (issue 21).
 
-    .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --seed 3   # full size (~35 min here*)
+    .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --seed 3   # full size (~20 min here*)
     .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --quick    # pipeline check (minutes)
 
 Data (built once, seeded, written to OUT/train.jsonl and OUT/heldout.jsonl as trl-prompts rows): a mix where the
@@ -175,7 +175,8 @@ def by_kind(held: list[dict], base: dict, trained: dict) -> list[str]:
     return lines
 
 
-def table(base: dict, trained: dict, train_info: dict, args, load: str, held: list[dict] | None = None) -> str:
+def table(base: dict, trained: dict, train_info: dict, args, load: str, held: list[dict] | None = None,
+          anchored: dict | None = None) -> str:
     lines = [f"RLCR on {args.model_label}: {train_info['steps']} GRPO steps ({train_info['wall_s']:.0f} s wall for training + watch, "
              f"{train_info['step_s']:.1f} s per optimizer step, {train_info.get('watch_evals', 0)} watch evaluations), {train_info['n_train']} train prompts, "
              f"{base['n']} held-out items; load average {load}", "",
@@ -199,7 +200,6 @@ def table(base: dict, trained: dict, train_info: dict, args, load: str, held: li
                   f"{args.learning_rate:g}, answer temperature {args.temperature:g}, confidence temperature "
                   f"{args.confidence_temperature:g}, {args.num_generations} generations per prompt, "
                   f"{args.batch_size} completions per step"]
-    anchored = getattr(args, "anchored", None)
     if anchored:
         best = min(base["ece"], anchored["ece"])
         lines += ["", f"base prompted with the earlier instruction (example number 0.7): accuracy {anchored['accuracy']:.3f}, "
@@ -268,7 +268,7 @@ def main() -> None:
     raw = read_prompt_rows(out / "heldout.jsonl")
     anchored_rows = [{**r, "prompt": r["prompt"][:-1] + [{**r["prompt"][-1], "content": f"{r['prompt'][-1]['content']}\n\n"
                                                           f"{ANCHORED_INSTRUCTION}"}]} for r in raw]
-    args.anchored = _score(base_dir, anchored_rows, args.max_answer_tokens, out / "base-anchored.json")
+    anchored = _score(base_dir, anchored_rows, args.max_answer_tokens, out / "base-anchored.json")
     print(f"base: accuracy {base['accuracy']:.3f}, ECE {_fmt(base['ece'])}, AUROC {_fmt(base['auroc'])}, "
           f"free-missing {base['free_missing']:.2f} ({base['wall_s']} s)", file=sys.stderr)
 
@@ -298,7 +298,7 @@ def main() -> None:
     info = json.loads(info_path.read_text())
     trained = _score(policy, held, args.max_answer_tokens, out / "trained.json")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    text = table(base, trained, info, args, load, held)
+    text = table(base, trained, info, args, load, held, anchored)
     (out / "table.md").write_text(text + "\n")
     print(text)
 
