@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.batch import TASK_KEY
-from evals.outcomes import failed_fields, run_fields, run_task, sample_seed, task_base
+from evals.outcomes import eval_tools, failed_fields, run_fields, run_task, sample_seed, task_base
 from evals.suites import DATA_DIR, Item
 
 SUITE_FILE = DATA_DIR / "hotpotqa-multiturn.jsonl"
@@ -150,7 +150,7 @@ async def run_conversation(agent: Any, task: Any, config: Any) -> dict[str, Any]
             result = await session.aask(turn.question, budget=config.budget, route=choice.route, router=choice.router,
                                         temperature=config.temperature,
                                         seed=sample_seed(config.seed, task.suite, turn.id, task.sample),
-                                        task=run_task(turn), metadata=metadata)
+                                        task=run_task(turn), metadata=metadata, tools=eval_tools(agent, config))
         except Exception as e:  # noqa: BLE001 - recorded; the conversation cannot go on without this turn
             turns.append({"turn": n, **failed_fields(choice.route, e, t0)})
             break

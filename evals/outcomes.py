@@ -46,6 +46,15 @@ def run_task(item: Item) -> RunTask:
     return RunTask(info, lambda answer, route: reward_of(item, answer, route))
 
 
+def eval_tools(agent: Any, config: Any) -> list[Any] | None:
+    """The tools an eval's runs may use: the built-in ones with ``--tools`` (each route keeps its allowlist's)."""
+    if not getattr(config, "tools", False):
+        return None
+    from agentrt.routes.toolcall import builtin_tools
+
+    return builtin_tools(agent.settings)
+
+
 def task_base(task: Any, config: Any, p_success: float | None) -> dict[str, Any]:
     """The fields of a result line that name the task (an ``evals.runner.Task``)."""
     return {"key": task.key, "router": task.router.name, "suite": task.suite, "item_id": task.item.id,

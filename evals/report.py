@@ -40,7 +40,8 @@ def _f(x: Any, digits: int = 3) -> str:
 def markdown(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [f"# agentrt eval: {', '.join(meta.get('suites', []))}", "",
              f"policy model `{meta.get('policy')}`, budget {meta.get('budget')} tokens, samples {meta.get('samples')}, "
-             f"seed {meta.get('seed')}, {metrics['runs']} runs, {meta.get('wall_s', 0):.1f} s.", ""]
+             f"seed {meta.get('seed')}, tools {'on (built-in)' if meta.get('tools') else 'off'}, {metrics['runs']} runs, "
+             f"{meta.get('wall_s', 0):.1f} s.", ""]
     if meta.get("notes"):
         lines += [f"> {n}" for n in meta["notes"]] + [""]
     policies = metrics["policies"]

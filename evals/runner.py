@@ -28,7 +28,7 @@ from typing import Any
 from agentrt.batch import CONFIG, RESULTS, TASK_KEY, BatchTask, ProgressBar, ResultsFile, read_results, run_batch
 from agentrt.core.errors import ConfigError, InputError
 from evals.multiturn import prepare_corpus, run_conversation, suite_corpus
-from evals.outcomes import failed_fields, run_fields, run_task, sample_seed, task_base
+from evals.outcomes import eval_tools, failed_fields, run_fields, run_task, sample_seed, task_base
 from evals.routers import AgentRouter, EvalRouter, FixedRouter
 from evals.suites import Item, Suite
 
@@ -37,7 +37,7 @@ __all__ = ["EvalConfig", "Task", "EvalJob", "plan_tasks", "validate", "evaluate"
            "PINNED"]
 
 # Settings a resumed eval must share with the run it continues (limit, workers, routers may change).
-PINNED = ("budget", "seed", "policy", "temperature")
+PINNED = ("budget", "seed", "policy", "temperature", "tools")
 
 
 @dataclass
@@ -53,6 +53,7 @@ class EvalConfig:
     seed: int = 0
     policy: str = ""
     temperature: float = 0.0  # > 0: each sample decodes with its own seed (pass@k, GRPO groups)
+    tools: bool = False  # offer the built-in tools (calculator) to the routes whose allowlist names them
     out: str = "eval-out"
 
 
@@ -102,7 +103,7 @@ async def run_one(agent: Any, task: Task, config: EvalConfig) -> dict[str, Any]:
     try:
         result = await agent.arun(task.item.question, budget=config.budget, route=choice.route, router=choice.router,
                                   temperature=config.temperature, seed=base["seed"], task=run_task(task.item),
-                                  metadata={TASK_KEY: task.key})
+                                  metadata={TASK_KEY: task.key}, tools=eval_tools(agent, config))
     except Exception as e:  # noqa: BLE001 - one bad item (too long, backend hiccup) must not stop the eval
         return {**base, **failed_fields(choice.route, e, started)}
     fields, _ = run_fields(task.item, result, started, base["p_success"])

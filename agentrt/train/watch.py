@@ -23,6 +23,11 @@ Early stop (``stop_early``): training stops when the held-out value has stayed m
 for ``patience`` evaluations in a row while the train reward (mean over the steps since the previous evaluation)
 is above what it was at that best evaluation: the policy is learning the training prompts, not calibration.
 
+Keep best (``keep_best``, on by default): each evaluation whose held-out value beats every earlier one saves the
+trainable weights to ``<prefix>-best.pt``; when training ends (at its last step or stopped early) past that
+evaluation, the model is put back to those weights before it is saved, and the log says so (``restored``). The
+watch rows then select the checkpoint: report the result on items the watch never scored.
+
 Curves (train reward and held-out metrics per step) go to ``<prefix>.png`` (matplotlib, Agg) and
 ``<prefix>.json``; a resumed run reads the JSON back and continues it.
 """
@@ -37,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.core.confidence import split_confidence
+from agentrt.core.errors import InputError
 
 CONFIDENT = 0.8
 
@@ -243,22 +249,30 @@ def plot(entries: list[dict[str, Any]], train: list[tuple[int, float]], path: st
 class WatchLog:
     entries: list[dict[str, Any]] = field(default_factory=list)
     stopped: str | None = None
+    best_step: int | None = None
+    restored: str | None = None
+
+
+def _trainable(model: Any) -> dict[str, Any]:
+    return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters() if p.requires_grad}
 
 
 def make_watch(held_out: HeldOut, prefix: str | Path, *, every: int = 10, patience: int = 2, tol: float = 0.02,
-               stop_early: bool = True, score_start: bool = True) -> Any:
+               stop_early: bool = True, score_start: bool = True, keep_best: bool = True) -> Any:
     """A transformers ``TrainerCallback`` running the watch (import-time light: TRL/transformers load here)."""
+    import torch
     from transformers import TrainerCallback
 
     prefix = Path(prefix)
     log_path, png_path = prefix.with_suffix(".json"), prefix.with_suffix(".png")
+    best_path = prefix.with_name(prefix.name + "-best.pt")
 
     class OveroptimizationWatch(TrainerCallback):
         def __init__(self) -> None:
             self.log = WatchLog()
             if log_path.is_file():  # a resumed run continues its curves
                 data = json.loads(log_path.read_text())
-                self.log = WatchLog(data.get("entries", []), data.get("stopped"))
+                self.log = WatchLog(data.get("entries", []), data.get("stopped"), data.get("best_step"))
 
         def _train(self, state: Any) -> list[tuple[int, float]]:
             return [(int(e["step"]), float(e["reward"])) for e in state.log_history if "reward" in e and "step" in e]
@@ -273,7 +287,13 @@ def make_watch(held_out: HeldOut, prefix: str | Path, *, every: int = 10, patien
             entry = {"step": step, "train_reward": sum(window) / len(window) if window else None,
                      **held_out.score(model)}
             entry["flags"] = flags(entry, self.log.entries[0] if self.log.entries else None)
+            earlier = [e["value"] for e in self.log.entries if e.get("value") is not None]
             self.log.entries.append(entry)
+            if entry.get("value") is not None and all(entry["value"] > v for v in earlier):
+                self.log.best_step = step
+                if keep_best:
+                    prefix.parent.mkdir(parents=True, exist_ok=True)
+                    torch.save(_trainable(model), best_path)
             if entry["flags"]:
                 print(f"agentrt: watch: step {step}: {', '.join(entry['flags'])}", file=sys.stderr)
             self._write(state)
@@ -281,6 +301,7 @@ def make_watch(held_out: HeldOut, prefix: str | Path, *, every: int = 10, patien
         def _write(self, state: Any) -> None:
             prefix.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_text(json.dumps({"entries": self.log.entries, "stopped": self.log.stopped,
+                                            "best_step": self.log.best_step, "restored": self.log.restored,
                                             "train": self._train(state)}, indent=1))
             plot(self.log.entries, self._train(state), png_path)
 
@@ -300,7 +321,23 @@ def make_watch(held_out: HeldOut, prefix: str | Path, *, every: int = 10, patien
                 self._write(state)
 
         def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
-            if model is not None:
-                self._evaluate(state, model)
+            if model is None:
+                return
+            self._evaluate(state, model)
+            best, step = self.log.best_step, int(state.global_step)
+            if keep_best and best is not None and best != step and best_path.is_file():
+                # Load by name, strict: a snapshot from another model or other frozen layers fails loudly.
+                weights = torch.load(best_path, map_location="cpu")
+                params = dict(model.named_parameters())
+                if set(weights) - set(params):
+                    raise InputError(f"{best_path} holds weights this model lacks (another run's?): delete it "
+                                     f"and train again")
+                with torch.no_grad():
+                    for name, value in weights.items():
+                        params[name].copy_(value)
+                value = next(e["value"] for e in self.log.entries if e["step"] == best)
+                self.log.restored = f"step {best} (held-out value {value:.3f}) instead of step {step}"
+                print(f"agentrt: watch: keeping the best evaluation: {self.log.restored}", file=sys.stderr)
+                self._write(state)
 
     return OveroptimizationWatch()

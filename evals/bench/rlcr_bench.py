@@ -1,17 +1,19 @@
 """Benchmark: RLCR (calibration RL) on the embedded model, base vs trained on held-out items (issue 21).
 
-    .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --seed 3   # full size (~20 min here*)
+    .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --seed 4   # full size (~26 min here*)
     .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --quick    # pipeline check (minutes)
 
 Data (built once, seeded, written to OUT/train.jsonl and OUT/heldout.jsonl as trl-prompts rows): a mix where the
 135M model is sometimes right: easy factual questions (evals/data/easy-dev.jsonl, qa verifier), arithmetic
 generated here with known answers (one-digit sums, two-digit sums, two-digit products: numeric verifier),
 SimpleQA and GSM8K items from the shipped suites (almost always wrong at this size). Items are split
-train / held-out by item, never tuned on the held-out part (docs/rlcr.md's run uses --seed 3; the learning rate,
-the step count and the instruction were chosen on the watch slices of the seed-0, 1 and 2 splits).
+train / dev / held-out by item (OUT/dev.jsonl: the watch scores it and the kept step is chosen on it), never tuned
+on the held-out part (docs/rlcr.md's run D uses --seed 4; the learning rate,
+the step count and the instruction were chosen on the seed-0 to 3 splits).
 
 Training (defaults): GRPO on the confidence number alone (``train="confidence"``: the answer's tokens masked,
-reward = the calibration part of RLCR), top 4 decoder layers, lr 3e-5, 30 steps, answers sampled at temperature 0.7.
+reward = the calibration part of RLCR), top 4 decoder layers, lr 3e-5, 40 steps, answers sampled at temperature 0.7, the watch every 5 steps on
+the dev items; the policy scored is the one of the watch's best dev evaluation (``--keep-last``: the last step's).
 ``--train all`` trains the whole completion on the full RLCR reward instead.
 
 Both models answer greedily with the runtime's convention: the confidence instruction appended to the prompt;
@@ -26,7 +28,7 @@ Resumable: every stage writes its result under OUT and is skipped when present; 
 every --every steps (model + optimizer) and a stopped run resumes from the newest. Prints a markdown table
 (OUT/table.md) and the watch curves (OUT/watch.png, OUT/watch.json).
 
-* Measured: docs/rlcr.md (30 steps at ~20-25 s, 4 watch evaluations of 32 items, three scorings of 80 items).
+* Measured: docs/rlcr.md, run D (40 steps at ~16 s, 9 watch evaluations of 32 items, three scorings of 80 items).
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ def build_items(seed: int) -> dict[str, list[dict]]:
     """Every candidate item by kind (deterministic for a seed)."""
     rng = random.Random(seed)
     kinds: dict[str, list[dict]] = {}
-    kinds["easy"] = [_row(r["question"], r["answers"], "qa", "easy-dev") for r in _rows("easy-dev.jsonl")]
-    seen: set[str] = set()
+    easy = _rows("easy-dev.jsonl")
+    kinds["easy"] = [_row(r["question"], r["answers"], "qa", "easy-dev") for r in easy]
+    seen = {r["question"] for r in easy}  # "What is 2 + 2?" is an easy question too: never in two splits
 
     def arith(kind: str, make, n: int = 60) -> None:
         out = []
@@ -104,21 +107,22 @@ MIX = {"easy": 0.2, "arith-1digit-sum": 0.3, "arith-2digit-sum": 0.15, "arith-2d
        "simpleqa": 0.1, "gsm8k": 0.15}
 
 
-def split(seed: int, n_train: int, n_held: int) -> tuple[list[dict], list[dict]]:
+def split(seed: int, n_train: int, n_held: int, n_dev: int = 0) -> tuple[list[dict], list[dict], list[dict]]:
+    """Train, held-out and dev (the watch's) items, disjoint, each kind in its MIX share. The held-out part comes
+    first in each kind's shuffled list, so it does not depend on the sizes of the other two."""
     kinds = build_items(seed)
-    train, held = [], []
+    train, held, dev = [], [], []
     for kind, share in MIX.items():
         items = kinds[kind]
-        h = max(1, round(share * n_held))
-        t = max(1, round(share * n_train))
-        if h + t > len(items):
-            t = len(items) - h
+        h, d, t = (max(1, round(share * n)) if n else 0 for n in (n_held, n_dev, n_train))
+        t = min(t, len(items) - h - d)
         held += items[:h]
-        train += items[h:h + t]
+        dev += items[h:h + d]
+        train += items[h + d:h + d + t]
     rng = random.Random(seed + 1)
-    rng.shuffle(train)
-    rng.shuffle(held)
-    return train, held
+    for part in (train, held, dev):
+        rng.shuffle(part)
+    return train, held, dev
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -196,6 +200,10 @@ def table(base: dict, trained: dict, train_info: dict, args, load: str, held: li
                   f"paired bootstrap 95% CI [{lo:+.3f}, {hi:+.3f}]"]
     if train_info.get("stopped"):
         lines.append(f"watch stopped training early: {train_info['stopped']}")
+    if train_info.get("restored"):
+        lines.append(f"policy scored: the watch's best dev evaluation, {train_info['restored']}")
+    elif "best_step" in train_info:
+        lines.append(f"policy scored: the last step (the watch's best dev evaluation: step {train_info['best_step']})")
     lines += ["", f"trained: {args.train} (top {args.train_layers or 'all'} layers), learning rate "
                   f"{args.learning_rate:g}, answer temperature {args.temperature:g}, confidence temperature "
                   f"{args.confidence_temperature:g}, {args.num_generations} generations per prompt, "
@@ -215,12 +223,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/agentrt-rlcr-bench", help="work folder (data, checkpoints, results)")
     ap.add_argument("--quick", action="store_true", help="a pipeline check: 3 steps, 8 held-out items")
-    ap.add_argument("--steps", type=int, default=30,
-                    help="GRPO optimizer steps (default 30: longer runs collapse to the base rate, docs/rlcr.md)")
+    ap.add_argument("--steps", type=int, default=40,
+                    help="GRPO optimizer steps (default 40; longer runs drift to the base rate, docs/rlcr.md, and the "
+                         "watch keeps the best dev evaluation's weights)")
     ap.add_argument("--train-items", type=int, default=200, help="training prompts (default 200)")
     ap.add_argument("--held-out", type=int, default=80, help="held-out items for base vs trained (default 80)")
-    ap.add_argument("--watch-items", type=int, default=32, help="held-out items the watch scores (default 32)")
-    ap.add_argument("--every", type=int, default=10, help="watch + checkpoint every N steps (default 10)")
+    ap.add_argument("--watch-items", type=int, default=32,
+                    help="dev items the watch scores and selects the kept step on; never held-out items (default 32)")
+    ap.add_argument("--every", type=int, default=5, help="watch + checkpoint every N steps (default 5)")
     ap.add_argument("--num-generations", type=int, default=4, help="GRPO group size (default 4)")
     ap.add_argument("--batch-size", type=int, default=8, help="completions per step (default 8: 2 prompts x 4)")
     ap.add_argument("--max-answer-tokens", type=int, default=16, help="answer tokens before the confidence (default 16)")
@@ -238,6 +248,8 @@ def main() -> None:
                          "when the prompted model puts nearly all its mass on one number)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-stop-early", action="store_true", help="let the watch report but never stop training")
+    ap.add_argument("--keep-last", action="store_true",
+                    help="score the last step's policy, not the one of the watch's best dev evaluation")
     args = ap.parse_args()
     if args.quick:
         args.steps, args.train_items, args.held_out, args.watch_items, args.every = 3, 12, 8, 6, 2
@@ -257,12 +269,15 @@ def main() -> None:
     base_dir = embedded_model_path(settings.models_dir)
     args.model_label = EMBEDDED_NAME
     if not (out / "train.jsonl").is_file():
-        train, held = split(args.seed, args.train_items, args.held_out)
-        _write_jsonl(out / "train.jsonl", train)
+        train, held, dev = split(args.seed, args.train_items, args.held_out, args.watch_items)
+        _write_jsonl(out / "dev.jsonl", dev)
         _write_jsonl(out / "heldout.jsonl", held)
+        _write_jsonl(out / "train.jsonl", train)  # last: its presence says the split is complete
     train = read_prompt_rows(out / "train.jsonl")
     held = rlcr_rows(read_prompt_rows(out / "heldout.jsonl"))
-    print(f"data: {len(train)} train prompts, {len(held)} held-out items ({out})", file=sys.stderr)
+    dev = rlcr_rows(read_prompt_rows(out / "dev.jsonl"))
+    print(f"data: {len(train)} train prompts, {len(dev)} dev items (the watch's), {len(held)} held-out items ({out})",
+          file=sys.stderr)
 
     base = _score(base_dir, held, args.max_answer_tokens, out / "base.json")
     raw = read_prompt_rows(out / "heldout.jsonl")
@@ -277,8 +292,9 @@ def main() -> None:
     if not info_path.is_file():
         ref, tok = _load_model(base_dir)
         ref.requires_grad_(False)
-        watch = make_watch(HeldOut(held[:args.watch_items], tok, reference=ref, max_answer_tokens=args.max_answer_tokens),
-                           out / "watch", every=args.every, stop_early=not args.no_stop_early)
+        watch = make_watch(HeldOut(dev, tok, reference=ref, max_answer_tokens=args.max_answer_tokens),
+                           out / "watch", every=args.every, stop_early=not args.no_stop_early,
+                           keep_best=not args.keep_last)
         started = time.perf_counter()
         report = train_grpo(train, policy, steps=args.steps, num_generations=args.num_generations,
                             batch_size=args.batch_size, max_completion_length=args.max_answer_tokens,
@@ -293,7 +309,7 @@ def main() -> None:
         info = {"steps": report.steps, "wall_s": wall, "step_s": step_time / max(1, report.steps),
                 "watch_evals": len(watch.log.entries),
                 "n_train": len(train), "rewards": report.rewards, "components": report.components,
-                "stopped": watch.log.stopped}
+                "stopped": watch.log.stopped, "restored": watch.log.restored, "best_step": watch.log.best_step}
         info_path.write_text(json.dumps(info, indent=1))
     info = json.loads(info_path.read_text())
     trained = _score(policy, held, args.max_answer_tokens, out / "trained.json")

@@ -16,6 +16,10 @@ in this process for the SDK. Two tables:
    alternating with the others, and keeps its best pass: on shared cores the other tenants' load
    moves single passes by 2x.
 
+3. With ``--vllm``: the throughput cells again through ``agentrt serve --policy openai:<URL>#<name>`` in front of
+   a vLLM CPU server (the project's ``.venv-vllm``, same model, float32, eager) and straight to that server, for
+   comparison with the embedded batcher (table 2 of the same run).
+
 The machine is shared and noisy: compare the rows of one run, not runs with each other.
 """
 
@@ -50,9 +54,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(home: Path, port: int, env: dict[str, str]) -> subprocess.Popen:
+def start_server(home: Path, port: int, env: dict[str, str], policy: str | None = None) -> subprocess.Popen:
     agentrt = str(Path(sys.executable).parent / "agentrt")
-    proc = subprocess.Popen([agentrt, "serve", "--port", str(port)], env={**env, "AGENTRT_HOME": str(home)},
+    extra = ["--policy", policy] if policy else []
+    proc = subprocess.Popen([agentrt, "serve", "--port", str(port), *extra], env={**env, "AGENTRT_HOME": str(home)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -132,7 +137,9 @@ def part_streaming(base: str, agent, questions: list[str], rounds: int, max_toke
 
 # -- part 2: requests/s at 1 vs N clients --------------------------------------------------------------------------
 
-def rps_serve(base: str, concurrency: int, requests: int, max_tokens: int) -> dict[str, float]:
+def rps_serve(base: str, concurrency: int, requests: int, max_tokens: int, model: str = "agentrt",
+              extra_body: dict | None = None) -> dict[str, float]:
+    """Requests/s of ``requests`` chat completions from ``concurrency`` openai clients (route direct by default)."""
     from openai import OpenAI
 
     clients = [OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=600, max_retries=0) for _ in range(concurrency)]
@@ -141,8 +148,8 @@ def rps_serve(base: str, concurrency: int, requests: int, max_tokens: int) -> di
     def one(i: int) -> float:
         t0 = time.perf_counter()
         resp = clients[i % concurrency].chat.completions.create(
-            model="agentrt", messages=[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
-            max_tokens=max_tokens, extra_body={"route": "direct"})
+            model=model, messages=[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+            max_tokens=max_tokens, temperature=0, extra_body={"route": "direct"} if extra_body is None else extra_body)
         tokens[i] = resp.usage.completion_tokens
         return time.perf_counter() - t0
 
@@ -174,6 +181,41 @@ def rps_sdk(agent, concurrency: int, requests: int, max_tokens: int) -> dict[str
     return asyncio.run(main())
 
 
+# -- part 3: the same through a vLLM CPU server ---------------------------------------------------------------------
+
+def part_vllm(env: dict[str, str], home: Path, args) -> list[tuple[int, dict, dict]]:
+    """Requests/s at each concurrency through ``agentrt serve --policy openai:<vLLM>`` and straight to the vLLM
+    server (no agentrt in between), the same model (float32, eager) on the same cores."""
+    from agentrt.backends._embedded import embedded_model_path
+    from agentrt.backends._server import start_vllm_server
+    from agentrt.core.config import load_settings
+
+    name = "smollm2-135m"
+    print("vllm: starting the vLLM CPU server (about a minute) ...", file=sys.stderr, flush=True)
+    vllm = start_vllm_server(embedded_model_path(load_settings().models_dir), name=name, tmp=home / "vllm")
+    proc = None
+    try:
+        port = free_port()
+        proc = start_server(home / "serve-vllm", port, env, policy=f"openai:{vllm.url}#{name}")
+        base = f"http://127.0.0.1:{port}"
+        rps_serve(base, 1, 2, args.max_tokens)  # warm-up: first requests compile and fill caches
+        best: dict[tuple[str, int], dict[str, float]] = {}
+        for rep in range(args.repeats):
+            for c in args.concurrency:
+                print(f"vllm: {c} client(s), pass {rep + 1} ...", file=sys.stderr, flush=True)
+                for who in (("serve", "vllm") if rep % 2 == 0 else ("vllm", "serve")):
+                    r = (rps_serve(base, c, args.requests, args.max_tokens) if who == "serve"
+                         else rps_serve(vllm.url.removesuffix("/v1"), c, args.requests, args.max_tokens, model=name,
+                                        extra_body={}))
+                    if (who, c) not in best or r["rps"] > best[who, c]["rps"]:
+                        best[who, c] = r
+        return [(c, best["serve", c], best["vllm", c]) for c in args.concurrency]
+    finally:
+        if proc is not None:
+            stop_server(proc)
+        vllm.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=int, default=6, help="distinct questions in the streaming comparison")
@@ -182,6 +224,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16, help="requests per concurrency level (bounded)")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--repeats", type=int, default=2, help="passes over the throughput cells (best kept)")
+    ap.add_argument("--vllm", action="store_true",
+                    help="also: the throughput cells through `agentrt serve --policy openai:<a vLLM CPU server>` "
+                         "and straight to that server (needs .venv-vllm: `make vllm-venv`)")
     args = ap.parse_args()
     env = dict(os.environ)
     env.setdefault("AGENTRT_MODELS_DIR", str(Path.home() / ".cache" / "agentrt" / "models"))  # convert once
@@ -214,6 +259,7 @@ def main() -> None:
             close = getattr(agent.policy, "close", None)
             if close is not None:
                 close()
+        vllm_levels = part_vllm(env, Path(home), args) if args.vllm else None
     console = Console(width=120)  # every column whole, also in a narrow terminal or a log
     t = Table(title=f"Streaming one request, route direct, max_tokens {args.max_tokens} "
                     f"({streaming['sdk']['n']} requests each, medians)")
@@ -238,6 +284,20 @@ def main() -> None:
         t.add_row(f"{cn} vs {c1}", f"{x['rps'] / a['rps']:.2f}x", "", "", f"{y['rps'] / b['rps']:.2f}x", "",
                   ">=3x wanted")
     console.print(t)
+    if vllm_levels:
+        t = Table(title=f"Throughput on a vLLM CPU server (same model, float32, eager), route direct, max_tokens "
+                        f"{args.max_tokens}, {args.requests} requests per cell, best of {args.repeats}")
+        for col in ("clients", "serve->vLLM rps", "tok/s", "p50 s", "vLLM direct rps", "tok/s", "serve/direct",
+                    "serve->vLLM / serve(embedded)"):
+            t.add_column(col, justify="right")
+        embedded = {c: sv for c, sv, _ in levels}
+        for c, sv, vd in vllm_levels:
+            t.add_row(str(c), f"{sv['rps']:.2f}", f"{sv['tok_s']:.1f}", f"{sv['p50']:.2f}", f"{vd['rps']:.2f}",
+                      f"{vd['tok_s']:.1f}", f"{sv['rps'] / vd['rps']:.2f}", f"{sv['rps'] / embedded[c]['rps']:.2f}x")
+        if len(vllm_levels) > 1:
+            (c1, a, b), (cn, x, y) = vllm_levels[0], vllm_levels[-1]
+            t.add_row(f"{cn} vs {c1}", f"{x['rps'] / a['rps']:.2f}x", "", "", f"{y['rps'] / b['rps']:.2f}x", "", "", "")
+        console.print(t)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,40 @@ def test_watch_flags_collapse_and_stops_only_when_held_out_falls_while_train_ris
     assert should_stop(entries([0.1, 0.2, 0.3], [None, 0.1, 0.2])) is None
 
 
+def test_watch_keeps_the_weights_of_its_best_evaluation(tmp_path):
+    import torch
+    from types import SimpleNamespace
+
+    from agentrt.train.watch import make_watch
+
+    def run(keep_best: bool):
+        values = iter([0.1, 0.5, 0.2])  # held-out value at steps 0, 5, 10: best at step 5
+
+        class Scripted:  # stands in for HeldOut: the mechanics under test are the snapshot and the restore
+            def score(self, model):
+                return {"value": next(values), "mean_length": 5.0}
+
+        model = torch.nn.Linear(2, 1)
+        model.bias.requires_grad_(False)  # frozen weights are neither saved nor put back
+        watch = make_watch(Scripted(), tmp_path / f"w{keep_best}" / "watch", every=5, keep_best=keep_best)
+        state, control = SimpleNamespace(global_step=0, log_history=[]), SimpleNamespace(should_training_stop=False)
+        watch.on_train_begin(None, state, control, model=model)
+        for step, weight in ((5, 1.0), (10, 2.0)):
+            with torch.no_grad():
+                model.weight.fill_(weight)
+                model.bias.fill_(weight)
+            state.global_step = step
+            watch.on_step_end(None, state, control, model=model)
+        watch.on_train_end(None, state, control, model=model)
+        return model, json.loads((tmp_path / f"w{keep_best}" / "watch.json").read_text())
+
+    model, log = run(True)
+    assert log["best_step"] == 5 and log["restored"].startswith("step 5 (held-out value 0.500) instead of step 10")
+    assert model.weight.eq(1.0).all() and model.bias.eq(2.0).all()
+    model, log = run(False)
+    assert log["restored"] is None and model.weight.eq(2.0).all()
+
+
 def test_one_rlcr_step_saves_a_policy_that_states_its_confidence(tmp_path, capsys):
     from agentrt.app.cli import main
     from agentrt.backends import load_backend
@@ -86,12 +120,21 @@ def test_confidence_only_training_moves_only_the_top_layers_and_is_paid_by_calib
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": q}], "answer": a, "verifier": "numeric"}) + "\n"
                             for q, a in (("What is 2 + 3?", "5"), ("What is 4 + 4?", "8"))))
+    held = tmp_path / "held.jsonl"
+    held.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": q}], "answer": a, "verifier": "numeric"})
+                            + "\n" for q, a in (("What is 1 + 1?", "2"), ("What is 3 + 3?", "6"))))
     out = tmp_path / "policy"
     code = main(["train-policy", "--grpo", "--reward", "rlcr", "--train", "confidence", "--train-layers", "2",
                  "--data", str(data), "--out", str(out), "--steps", "1", "--num-generations", "2", "--batch-size", "4",
-                 "--max-completion-length", "4", "--confidence-temperature", "3", "--json"])
+                 "--max-completion-length", "4", "--confidence-temperature", "3", "--watch", str(held),
+                 "--watch-every", "1", "--keep-last", "--json"])
     assert code == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # The watch scored the held-out rows before and after the step, and kept the last step as asked.
+    log = json.loads((out / "watch.json").read_text())
+    assert [e["step"] for e in log["entries"]] == [0, 1] and (out / "watch.png").is_file()
+    assert all(e["n"] == 2 and 0.0 <= e["accuracy"] <= 1.0 and e["kl"] >= 0.0 for e in log["entries"])
+    assert report["watch_restored"] is None and report["watch_best_step"] in (0, 1)
     # Two Llama decoder layers (4 attention + 3 MLP weights + 2 norms each) and the final norm; nothing else.
     assert report["changed_tensors"] == 2 * 9 + 1 and report["total_tensors"] > 200
     parts = report["components"][0]

@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, help="sampling temperature of the runs (default: 0 = greedy with "
                    "--samples 1, 0.7 with more samples, so samples differ)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    p.add_argument("--tools", action="store_true",
+                   help="offer the built-in tools (calculator) to the routes that may use them (reason acts through "
+                        "a constrained tool loop), as `agentrt run --tools` does; default: no tools")
     from agentrt.app.commands.run import add_confidence_arg, add_corpus_arg
 
     add_confidence_arg(p)  # each run's stated confidence (recorded in its trajectory): off by default
@@ -46,7 +49,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     config = EvalConfig(suites=args.suite, routers=args.router or ["fixed:direct", "fixed:reason", "rules"],
                         budget=args.budget, limit=args.limit, samples=args.samples, workers=args.workers,
-                        seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples), out=args.out)
+                        seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples),
+                        tools=args.tools, out=args.out)
     routers, suites = validate(config)  # bad input fails before the model loads
     settings = load_settings(args.config, policy=args.policy)
     if args.confidence:

@@ -60,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "watch scores every --watch-every steps (curves: OUT/watch.png, OUT/watch.json)")
     t.add_argument("--watch-every", type=int, default=10, help="steps between watch evaluations (default 10)")
     t.add_argument("--no-stop-early", action="store_true", help="the watch reports but never stops training")
+    t.add_argument("--keep-last", action="store_true",
+                   help="save the policy of the last step; by default, with --watch, the policy of the watch "
+                        "evaluation with the best held-out RLCR reward is saved (so report on other items)")
     t.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
                    help="keep a checkpoint every N steps (model + optimizer); a later run with the same --out resumes")
     t.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -123,8 +126,10 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
                         callbacks=callbacks, save_steps=args.checkpoint_every, resume=args.checkpoint_every > 0,
                         confidence_temperature=args.confidence_temperature, train=args.train_part,
                         train_layers=args.train_layers, temperature=args.temperature)
+    watch = callbacks[0].log if callbacks else None
     if args.json:
-        print(json.dumps(report.to_dict()))
+        print(json.dumps({**report.to_dict(), **({"watch_best_step": watch.best_step, "watch_restored": watch.restored,
+                                                   "watch_stopped": watch.stopped} if watch else {})}))
     else:
         print(f"GRPO: {report.steps} steps in {report.wall_s} s; mean reward per step: "
               f"{', '.join(f'{r:.3f}' for r in report.rewards)}; parameters changed: "
@@ -133,6 +138,9 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
         if report.components and args.reward == "rlcr":
             last = report.components[-1]
             print("last step: " + ", ".join(f"{k} {v:.3f}" for k, v in last.items()))
+        if watch:
+            print(f"watch: {len(watch.entries)} evaluations (OUT/watch.png); saved policy: "
+                  f"{watch.restored or f'the last step (best held-out value at step {watch.best_step})'}")
     return 0
 
 
@@ -158,4 +166,5 @@ def _watch(args: argparse.Namespace, out: str):
     ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).requires_grad_(False)
     held = HeldOut(rlcr_rows(read_prompt_rows(args.watch)), AutoTokenizer.from_pretrained(model_dir), reference=ref,
                    max_answer_tokens=args.max_completion_length)
-    return make_watch(held, Path(out) / "watch", every=args.watch_every, stop_early=not args.no_stop_early)
+    return make_watch(held, Path(out) / "watch", every=args.watch_every, stop_early=not args.no_stop_early,
+                      keep_best=not args.keep_last)
