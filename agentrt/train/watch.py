@@ -326,12 +326,14 @@ def make_watch(held_out: HeldOut, prefix: str | Path, *, every: int = 10, patien
             self._evaluate(state, model)
             best, step = self.log.best_step, int(state.global_step)
             if keep_best and best is not None and best != step and best_path.is_file():
-                # Load by name, strict: a snapshot from another model or other frozen layers fails loudly.
+                # By name and shape, all or nothing: a snapshot of another model, or of other trainable layers
+                # (a resumed run with another --train-layers), fails with the fix instead of a half-restored policy.
                 weights = torch.load(best_path, map_location="cpu")
                 params = dict(model.named_parameters())
-                if set(weights) - set(params):
-                    raise InputError(f"{best_path} holds weights this model lacks (another run's?): delete it "
-                                     f"and train again")
+                trainable = {name for name, p in params.items() if p.requires_grad}
+                if set(weights) != trainable or any(params[n].shape != w.shape for n, w in weights.items()):
+                    raise InputError(f"{best_path} holds other weights than this run trains (another run's?): "
+                                     f"delete it and train again, or pass --keep-last")
                 with torch.no_grad():
                     for name, value in weights.items():
                         params[name].copy_(value)

@@ -75,6 +75,12 @@ def test_watch_keeps_the_weights_of_its_best_evaluation(tmp_path):
     assert model.weight.eq(1.0).all() and model.bias.eq(2.0).all()
     model, log = run(False)
     assert log["restored"] is None and model.weight.eq(2.0).all()
+    # Resuming that folder with other trainable weights (the bias too): the snapshot does not fit; one clear error.
+    from agentrt.core.errors import InputError
+
+    watch = make_watch(None, tmp_path / "wTrue" / "watch", every=5)
+    with pytest.raises(InputError, match="delete it and train again, or pass --keep-last"):
+        watch.on_train_end(None, SimpleNamespace(global_step=10, log_history=[]), None, model=torch.nn.Linear(2, 1))
 
 
 def test_one_rlcr_step_saves_a_policy_that_states_its_confidence(tmp_path, capsys):
