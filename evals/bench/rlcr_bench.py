@@ -109,7 +109,8 @@ MIX = {"easy": 0.2, "arith-1digit-sum": 0.3, "arith-2digit-sum": 0.15, "arith-2d
 
 def split(seed: int, n_train: int, n_held: int, n_dev: int = 0) -> tuple[list[dict], list[dict], list[dict]]:
     """Train, held-out and dev (the watch's) items, disjoint, each kind in its MIX share. The held-out part comes
-    first in each kind's shuffled list, so it does not depend on the sizes of the other two."""
+    first in each kind's shuffled list, so which items are held out does not depend on the sizes of the other
+    two (their order does: the three parts are shuffled by one generator, as run D's split was made)."""
     kinds = build_items(seed)
     train, held, dev = [], [], []
     for kind, share in MIX.items():
