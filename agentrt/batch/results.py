@@ -55,6 +55,9 @@ def pin_config(out: str | Path, config: dict[str, Any], pinned: Sequence[str]) -
             raise ConfigError(f"{path} is corrupt (not JSON); delete it to start that folder over, "
                               "or use a new --out") from None
         for key in pinned:
+            # A setting added after the folder was written is off there: an unset new value (False, None) matches.
+            if key not in old and not config.get(key):
+                continue
             if old.get(key) != config.get(key):
                 raise InputError(f"{out} holds a run with {key}={old.get(key)!r}, not {config.get(key)!r}; "
                                  f"use the same {key} to resume, or a new --out")

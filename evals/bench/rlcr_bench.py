@@ -3,7 +3,7 @@
     .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --seed 4   # full size (~26 min here*)
     .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --quick    # pipeline check (minutes)
 
-Data (built once, seeded, written to OUT/train.jsonl and OUT/heldout.jsonl as trl-prompts rows): a mix where the
+Data (built once, seeded, written to OUT/train.jsonl, OUT/dev.jsonl and OUT/heldout.jsonl as trl-prompts rows): a mix where the
 135M model is sometimes right: easy factual questions (evals/data/easy-dev.jsonl, qa verifier), arithmetic
 generated here with known answers (one-digit sums, two-digit sums, two-digit products: numeric verifier),
 SimpleQA and GSM8K items from the shipped suites (almost always wrong at this size). Items are split

@@ -30,3 +30,14 @@ def test_eval_with_tools_lets_the_reason_route_use_the_calculator(tmp_path, agen
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "tools=True" in err and err.count("\n") == 1
+
+
+def test_a_folder_from_before_the_tools_setting_resumes_without_tools_only(tmp_path):
+    from agentrt.batch.results import pin_config
+    from agentrt.core.errors import InputError
+
+    (tmp_path / "config.json").write_text(json.dumps({"budget": 512, "seed": 0}))  # written before `tools` existed
+    pin_config(tmp_path, {"budget": 512, "seed": 0, "tools": False}, ("budget", "seed", "tools"))
+    (tmp_path / "config.json").write_text(json.dumps({"budget": 512, "seed": 0}))
+    with pytest.raises(InputError, match="tools=None, not True"):
+        pin_config(tmp_path, {"budget": 512, "seed": 0, "tools": True}, ("budget", "seed", "tools"))

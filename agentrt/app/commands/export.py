@@ -117,19 +117,17 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
 
     rows = read_prompt_rows(args.data) if args.data else toy_capital_rows()
     out = args.out or str(load_settings(args.config).home / "grpo")
-    callbacks = []
-    if args.watch:
-        callbacks.append(_watch(args, out))
+    watch = _watch(args, out) if args.watch else None
     report = train_grpo(rows, out, model_dir=args.model_dir, steps=args.steps, num_generations=args.num_generations,
                         batch_size=args.batch_size, max_completion_length=args.max_completion_length,
                         learning_rate=args.learning_rate, reward=args.reward, confidence=args.confidence,
-                        callbacks=callbacks, save_steps=args.checkpoint_every, resume=args.checkpoint_every > 0,
+                        callbacks=[watch] if watch else [], save_steps=args.checkpoint_every, resume=args.checkpoint_every > 0,
                         confidence_temperature=args.confidence_temperature, train=args.train_part,
                         train_layers=args.train_layers, temperature=args.temperature)
-    watch = callbacks[0].log if callbacks else None
+    log = watch.log if watch else None
     if args.json:
-        print(json.dumps({**report.to_dict(), **({"watch_best_step": watch.best_step, "watch_restored": watch.restored,
-                                                   "watch_stopped": watch.stopped} if watch else {})}))
+        print(json.dumps({**report.to_dict(), **({"watch_best_step": log.best_step, "watch_restored": log.restored,
+                                                   "watch_stopped": log.stopped} if log else {})}))
     else:
         print(f"GRPO: {report.steps} steps in {report.wall_s} s; mean reward per step: "
               f"{', '.join(f'{r:.3f}' for r in report.rewards)}; parameters changed: "
@@ -138,9 +136,9 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
         if report.components and args.reward == "rlcr":
             last = report.components[-1]
             print("last step: " + ", ".join(f"{k} {v:.3f}" for k, v in last.items()))
-        if watch:
-            print(f"watch: {len(watch.entries)} evaluations (OUT/watch.png); saved policy: "
-                  f"{watch.restored or f'the last step (best held-out value at step {watch.best_step})'}")
+        if log:
+            print(f"watch: {len(log.entries)} evaluations (OUT/watch.png); saved policy: "
+                  f"{log.restored or f'the last step (best held-out value at step {log.best_step})'}")
     return 0
 
 
