@@ -45,8 +45,12 @@ vllm-venv: $(VLLM_STAMP)
 run: $(STAMP)
 	$(BIN)/agentrt demo
 
+# Tests run in TEST_WORKERS processes (pytest-xdist), one test file per worker at a time: the model runs
+# on one thread per process, so two workers use both cores of a 2-core machine. TEST_WORKERS=0: serial.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) $(VLLM_STAMP)
-	$(BIN)/lint-imports --no-cache && $(BIN)/python -m pytest -q
+	$(BIN)/lint-imports --no-cache && $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python evals/bench/batcher.py

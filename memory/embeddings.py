@@ -33,14 +33,6 @@ _ONNX_FILE = "all-MiniLM-L6-v2.onnx"
 _INT8_FILE = "all-MiniLM-L6-v2.int8.onnx"
 
 
-def all_cores() -> int:
-    """CPU cores this process may use (the default embedding threads when indexing in the foreground)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def models_dir() -> Path:
     """Where converted models live: ``$AGENTRT_MODELS_DIR``, else ``$AGENTRT_HOME/models``."""
     env = os.environ.get("AGENTRT_MODELS_DIR")

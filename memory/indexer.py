@@ -42,7 +42,8 @@ def index_corpus(
     ``threads``: embedding batches run at once (0 = all cores). ``int8``: the quantized embedder.
     ``progress(n)`` is called with the number of chunks handled (skipped ones at once, then per window).
     """
-    from memory.embeddings import all_cores, get_embedder
+    from agentrt.core.config import all_cores
+    from memory.embeddings import get_embedder
 
     store = corpus.store
     report = IndexReport(store.name)

@@ -3,7 +3,7 @@
 * Every test gets its own ``AGENTRT_HOME`` (a tmp dir), so trajectories never mix.
 * Converted models live in one shared folder (``AGENTRT_MODELS_DIR``, default ``~/.cache/agentrt/models``)
   so the GGUF -> fp32 conversion happens once per machine, not once per test.
-* ``embedded`` is the real SmolLM2-135M backend, loaded once per session and shared.
+* ``embedded`` is the real SmolLM2-135M backend, loaded once per session (per test process) and shared.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import pytest
 os.environ.setdefault("AGENTRT_MODELS_DIR", str(Path.home() / ".cache" / "agentrt" / "models"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# `make test` runs two test processes on a 2-core machine: each keeps to one torch thread (the default, 0,
+# would give every process all cores for prompt passes and batched steps, and oversubscribe them).
+os.environ.setdefault("AGENTRT_TORCH_WIDE_THREADS", "1")
 
 # Real data the tests read ships inside the project: tests/data and evals/data (licences noted there).
 

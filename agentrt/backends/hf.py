@@ -24,6 +24,7 @@ from typing import Any
 from agentrt.backends._checks import check_request
 from agentrt.backends.hf_runner import ModelRunner
 from agentrt.backends.hf_scheduler import BatcherStats, Scheduler
+from agentrt.core.config import all_cores
 from agentrt.core.errors import ConfigError
 from agentrt.core.types import Completion, GenParams, Message
 
@@ -34,7 +35,7 @@ class HFBackend:
     """A causal LM from a local Hugging Face folder, served through the continuous batcher.
 
     ``threads`` serve one-row decode steps (memory-bound: 1 is as fast and far better on shared cores);
-    ``wide_threads`` (0: the same) serve prompt passes and multi-row steps, which scale with cores.
+    ``wide_threads`` (0: all cores) serve prompt passes and multi-row steps, which scale with cores.
     ``load_backend`` passes both from ``Settings`` (``torch_threads`` / ``torch_wide_threads``).
     """
 
@@ -53,7 +54,7 @@ class HFBackend:
         self.path = path
         self.name = name or path.name
         self.threads = threads or 1
-        self.wide_threads = wide_threads or self.threads
+        self.wide_threads = wide_threads or all_cores()
         self.stats = BatcherStats()
         self.runner = ModelRunner(path, self.stats, threads=self.threads, wide_threads=self.wide_threads,
                                   prefix_cache_mb=prefix_cache_mb)

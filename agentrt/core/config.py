@@ -24,6 +24,14 @@ from agentrt.core.errors import ConfigError
 DEFAULT_BUDGET = 1024
 
 
+def all_cores() -> int:
+    """CPU cores this process may use (what a thread setting of 0 means)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def default_home() -> Path:
     """``$AGENTRT_HOME``, else ``~/.cache/agentrt``."""
     env = os.environ.get("AGENTRT_HOME")
@@ -110,8 +118,9 @@ class Settings(BaseModel):
     policy: str = "hf:embedded"
     planner: str | None = None
     torch_threads: int = Field(default=1, ge=1)
-    # Threads for the hf batcher's wide passes (prompts, several rows); 0 = torch_threads. One-row decode
-    # steps are memory-bound and gain nothing from more threads; wide passes do, on cores of your own.
+    # Threads for the hf batcher's wide passes (prompts, several rows); 0 = all cores. One-row decode
+    # steps are memory-bound and gain nothing from more threads; wide passes do (8 x 128 tokens on 2
+    # cores: 4.55x one-after-another with 2 wide threads, 3.65x with 1). Set 1 on cores shared with others.
     torch_wide_threads: int = Field(default=0, ge=0)
     budget: int = Field(default=DEFAULT_BUDGET, ge=1)
     thinking_cap: int = Field(default=256, ge=0)

@@ -11,7 +11,9 @@ import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,12 +27,18 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 if importlib.util.find_spec("vllm") is None:
 
-    def test_vllm_suite_in_the_vllm_venv(tmp_path):
+    def test_vllm_suite_in_the_vllm_venv():
         assert VLLM_PYTHON.is_file(), "no .venv-vllm: run `make vllm-venv` (make test does it)"
-        env = {**os.environ, "TMPDIR": str(tmp_path), "VLLM_CACHE_ROOT": str(tmp_path),
-               "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "VLLM_NO_USAGE_STATS": "1"}
-        out = subprocess.run([str(VLLM_PYTHON), "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider"],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+        # A short temporary folder, not tmp_path: vLLM puts its engine's ZMQ socket there, and a Unix
+        # socket path may not exceed 107 bytes (pytest-xdist's tmp_path is long enough to break it).
+        tmp = tempfile.mkdtemp(prefix="agentrt-vllm-")
+        env = {**os.environ, "TMPDIR": tmp, "VLLM_CACHE_ROOT": tmp, "TORCHINDUCTOR_CACHE_DIR": tmp,
+               "VLLM_NO_USAGE_STATS": "1"}
+        try:
+            out = subprocess.run([str(VLLM_PYTHON), "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider"],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         print(out.stdout[-6000:], out.stderr[-3000:])
         assert out.returncode == 0, "the in-process vLLM tests failed (output above)"
 

@@ -45,6 +45,30 @@ def test_concurrent_requests_share_forward_passes(embedded):
     assert [r.choices[0].token_ids for r in results[:2]] == alone
 
 
+def test_wide_threads_default_to_every_core_and_change_no_token(embedded):
+    """Prompt passes and multi-row steps use every core by default (the tests pin 1: two test processes share
+    the cores); the greedy tokens of a batch are the same at either thread count."""
+    from agentrt.backends.hf import HFBackend
+    from agentrt.core.config import Settings, all_cores
+
+    assert Settings.model_fields["torch_wide_threads"].default == 0
+    assert embedded.wide_threads == 1  # conftest's AGENTRT_TORCH_WIDE_THREADS=1
+    questions = [f"Name a famous {x}." for x in ("river", "city", "painter", "song")]
+    params = GenParams(max_tokens=12)
+
+    async def all_at_once(backend):
+        return await asyncio.gather(*(backend.chat([Message("user", q)], params) for q in questions))
+
+    wide = HFBackend(embedded.path, name="wide")
+    try:
+        assert wide.wide_threads == all_cores() and wide.threads == 1
+        got = [c.choices[0].token_ids for c in asyncio.run(all_at_once(wide))]
+        assert wide.stats.batches < len(questions)  # decoded together, on the wide threads
+    finally:
+        wide.close()
+    assert got == [c.choices[0].token_ids for c in asyncio.run(all_at_once(embedded))]
+
+
 def test_late_request_joins_the_running_batch_and_returns_first(embedded):
     """Continuous batching: a request sent while a long one decodes joins its batch (no wait for it to
     finish), gets exactly the tokens it gets alone, and is answered as soon as its own rows are done."""

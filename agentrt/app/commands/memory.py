@@ -57,9 +57,8 @@ def _last_file(location: str) -> Path | None:
 def cmd_index(args: argparse.Namespace) -> int:
     import time
 
-    from agentrt.core.config import load_settings
+    from agentrt.core.config import all_cores, load_settings
     from memory.corpus import open_corpus
-    from memory.embeddings import all_cores
     from memory.indexer import index_corpus
     from memory.ingest import file_chunks, hotpotqa_chunks, iter_files
 
