@@ -25,11 +25,16 @@ DEFAULT_BUDGET = 1024
 
 
 def all_cores() -> int:
-    """CPU cores this process may use (what a thread setting of 0 means)."""
+    """CPU cores this process may use (what a thread setting of 0 means): its CPU affinity, or fewer where
+    ``OMP_NUM_THREADS`` says so (Ray sets it to an actor's CPUs; set it to share a machine)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        n = os.cpu_count() or 1
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) > 0:
+        n = min(n, int(omp))
+    return max(1, n)
 
 
 def default_home() -> Path:

@@ -149,3 +149,19 @@ def test_every_command_and_option_has_help():
     missing = [(cmd, opt) for cmd, opt, text in _options(build_parser(), "agentrt")
                if not (text or "").strip() or text == argparse.SUPPRESS]
     assert not missing, missing
+
+
+def test_a_thread_setting_of_0_means_the_cores_this_process_may_use(monkeypatch):
+    """0 threads = the CPU affinity, capped by OMP_NUM_THREADS (what Ray gives an actor, or a user's share)."""
+    import os
+
+    from agentrt.core.config import all_cores
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert all_cores() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert all_cores() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "999")
+    assert all_cores() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
+    assert all_cores() == len(os.sched_getaffinity(0))
