@@ -47,12 +47,14 @@ def run_task(item: Item) -> RunTask:
 
 
 def eval_tools(agent: Any, config: Any) -> list[Any] | None:
-    """The tools an eval's runs may use: the built-in ones with ``--tools`` (each route keeps its allowlist's)."""
-    if not getattr(config, "tools", False):
-        return None
-    from agentrt.routes.toolcall import builtin_tools
+    """The tools an eval's runs may use (each route keeps its allowlist's): a user's defaults (None: the
+    agent's ``settings.tools``), the built-in ones with ``--tools``, none with ``--no-tools``."""
+    mode = getattr(config, "tools", "safe")
+    if mode in (True, "builtin"):
+        from agentrt.routes.toolcall import builtin_tools
 
-    return builtin_tools(agent.settings)
+        return builtin_tools(agent.settings)
+    return [] if mode in (False, None, "off") else None
 
 
 def task_base(task: Any, config: Any, p_success: float | None) -> dict[str, Any]:

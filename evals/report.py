@@ -37,10 +37,13 @@ def _f(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
+TOOLS_LABEL = {"safe": "safe defaults (calculator, index search)", "builtin": "on (built-in)", True: "on (built-in)"}
+
+
 def markdown(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [f"# agentrt eval: {', '.join(meta.get('suites', []))}", "",
              f"policy model `{meta.get('policy')}`, budget {meta.get('budget')} tokens, samples {meta.get('samples')}, "
-             f"seed {meta.get('seed')}, tools {'on (built-in)' if meta.get('tools') else 'off'}, {metrics['runs']} runs, "
+             f"seed {meta.get('seed')}, tools {TOOLS_LABEL.get(meta.get('tools'), 'off')}, {metrics['runs']} runs, "
              f"{meta.get('wall_s', 0):.1f} s.", ""]
     if meta.get("notes"):
         lines += [f"> {n}" for n in meta["notes"]] + [""]

@@ -33,7 +33,7 @@ from evals.routers import AgentRouter, EvalRouter, FixedRouter
 from evals.suites import Item, Suite
 
 __all__ = ["EvalConfig", "Task", "EvalJob", "plan_tasks", "validate", "evaluate", "run_tasks", "run_one",
-           "resolve_temperature", "sample_seed", "read_results", "runtime_specs", "suite_corpus", "RESULTS", "CONFIG",
+           "resolve_temperature", "sample_seed", "prepare_corpus", "read_results", "runtime_specs", "suite_corpus", "RESULTS", "CONFIG",
            "PINNED"]
 
 # Settings a resumed eval must share with the run it continues (limit, workers, routers may change).
@@ -53,7 +53,10 @@ class EvalConfig:
     seed: int = 0
     policy: str = ""
     temperature: float = 0.0  # > 0: each sample decodes with its own seed (pass@k, GRPO groups)
-    tools: bool = False  # offer the built-in tools (calculator) to the routes whose allowlist names them
+    # safe: the tools a user's run gets by default (calculator, search of the index: settings.tools);
+    # builtin: `--tools` (calculator, ask_user, python when allowed); off: `--no-tools`. Folders written
+    # before this was a name hold True (builtin) or False / nothing (off).
+    tools: str = "safe"
     out: str = "eval-out"
 
 

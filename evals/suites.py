@@ -3,7 +3,7 @@
 The JSONL format (one object a line; the bundled files under ``evals/data/`` use it too)::
 
     {"id": "q1", "question": "...", "answer": "42" | "answers": ["a", "b"],
-     "type": "math" | "qa" | "code" | "instruction" | "unanswerable",
+     "type": "math" | "qa" | "code" | "instruction" | "unanswerable" | "ambiguous",
      "tests": "def check(candidate): ...", "entry_point": "f",      # type code
      "instruction_id_list": [...], "kwargs": [...],                 # type instruction
      "verifier": "numeric" | "math" | "qa" | "unit_tests" | "ifeval",  # optional override
@@ -37,9 +37,10 @@ from typing import Any
 from agentrt.core.errors import InputError, missing_extra
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-TYPES = ("math", "qa", "code", "instruction", "unanswerable")
+TYPES = ("math", "qa", "code", "instruction", "unanswerable", "ambiguous")
 # The verifier each type uses unless a line names one (see agentrt.trajectory.rewards.VERIFIERS).
-DEFAULT_VERIFIER = {"math": "math", "qa": "qa", "code": "unit_tests", "instruction": "ifeval", "unanswerable": "abstain"}
+DEFAULT_VERIFIER = {"math": "math", "qa": "qa", "code": "unit_tests", "instruction": "ifeval", "unanswerable": "abstain",
+                    "ambiguous": "ask"}
 SHIPPED = ("gsm8k", "math500", "ifeval", "simpleqa")
 PACKAGED = ("humaneval", "hotpotqa")
 MULTITURN = ("hotpotqa-multiturn",)
@@ -129,7 +130,7 @@ def parse_item(obj: Any, where: str, base: Path | None = None) -> Item:
     item.verifier = obj.get("verifier") or DEFAULT_VERIFIER[kind]
     from agentrt.trajectory.rewards import VERIFIERS
 
-    if item.verifier not in VERIFIERS and item.verifier != "abstain":
+    if item.verifier not in VERIFIERS and item.verifier not in ("abstain", "ask"):
         raise InputError(f"{where}: field 'verifier' must be one of {', '.join(VERIFIERS)}, got {item.verifier!r}")
     if "corpus" in obj:
         corpus = _need(obj, "corpus", str, where, "a path to a passages file")
@@ -201,9 +202,17 @@ def load_suite(name_or_path: str) -> Suite:
         return _hotpotqa()
     if name_or_path in MULTITURN:
         return load_jsonl(DATA_DIR / f"{name_or_path}.jsonl", name_or_path)
+    if name_or_path in dev_sets():
+        return load_jsonl(DATA_DIR / f"{name_or_path}-dev.jsonl", name_or_path)
     if name_or_path.endswith(".jsonl") or Path(name_or_path).exists():
         return load_jsonl(name_or_path)
-    raise InputError(f"unknown suite {name_or_path!r}; choose one of {', '.join(BUILTIN)} or give a .jsonl file")
+    raise InputError(f"unknown suite {name_or_path!r}; choose one of {', '.join(BUILTIN + dev_sets())} or give a "
+                     ".jsonl file")
+
+
+def dev_sets() -> tuple[str, ...]:
+    """The router's dev sets shipped as ``evals/data/NAME-dev.jsonl`` (easy, unanswerable, hotpotqa-index, ...)."""
+    return tuple(sorted(p.name[: -len("-dev.jsonl")] for p in DATA_DIR.glob("*-dev.jsonl")))
 
 
 def _humaneval() -> Suite:

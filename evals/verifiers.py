@@ -2,7 +2,8 @@
 
 ``agentrt.trajectory.rewards`` holds the verifiers (numeric, math, qa, unit_tests, ifeval). This adds what the
 harness needs on top: recognizing an abstention, and scoring ``unanswerable`` items (1 when the
-agent abstained, else 0). An answerable item the agent abstained on scores whatever its verifier says
+agent abstained, else 0) and ``ambiguous`` ones (1 when it asked a clarifying question: the ask route, or
+an answer that is a question). An answerable item the agent abstained on scores whatever its verifier says
 (normally 0).
 """
 
@@ -42,6 +43,9 @@ def score_item(item: Item, answer: str, route: str = "") -> Scored:
     abstained = is_abstention(answer, route)
     if item.type == "unanswerable":
         return Scored(float(abstained), abstained, abstained, "abstained" if abstained else "answered an unanswerable question")
+    if item.type == "ambiguous":  # the right response is a clarifying question, not an answer or a shrug
+        asked = route == "ask" or (not abstained and answer.strip().endswith("?"))
+        return Scored(float(asked), asked, abstained, "asked what was meant" if asked else "did not ask what was meant")
     from agentrt.trajectory.rewards import score
 
     try:

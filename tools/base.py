@@ -78,6 +78,16 @@ class Tool:
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_output_chars: int = DEFAULT_MAX_OUTPUT
     ends_turn: bool = False  # the loop stops after this tool (e.g. ask_user)
+    # Narrower JSON-schema constraints (``{argument: {keyword: value}}``) for constrained decoding only: what
+    # a small model may emit, not what the tool accepts (validation and the description use ``parameters``)
+    grammar: dict[str, dict[str, Any]] | None = None
+
+    def decoding_schema(self) -> dict[str, Any]:
+        """``parameters`` with the ``grammar`` constraints merged into its properties."""
+        if not self.grammar:
+            return self.parameters
+        props = {k: {**v, **self.grammar.get(k, {})} for k, v in self.parameters.get("properties", {}).items()}
+        return {**self.parameters, "properties": props}
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -158,11 +168,12 @@ def render_output(value: Any) -> str:
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
          timeout_s: float = DEFAULT_TIMEOUT_S, max_output_chars: int = DEFAULT_MAX_OUTPUT,
-         ends_turn: bool = False) -> Any:
+         ends_turn: bool = False, grammar: dict[str, dict[str, Any]] | None = None) -> Any:
     """Make a ``Tool`` from a typed function; use as ``@tool`` or ``@tool(name=..., timeout_s=...)``.
 
     Every parameter needs a type hint; ``*args``/``**kwargs`` are refused. Descriptions come from the
-    docstring's first paragraph and its ``Args:`` section.
+    docstring's first paragraph and its ``Args:`` section. ``grammar``: extra JSON-schema keywords per
+    argument that constrained decoding applies (``Tool.grammar``).
     """
 
     def build(f: Callable[..., Any]) -> Tool:
@@ -172,7 +183,7 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, descr
             name=name or f.__name__, description=description or doc.summary or f.__name__,
             parameters=model_schema(model), fn=f, args_model=model,
             is_async=inspect.iscoroutinefunction(f), timeout_s=timeout_s,
-            max_output_chars=max_output_chars, ends_turn=ends_turn,
+            max_output_chars=max_output_chars, ends_turn=ends_turn, grammar=grammar,
         )
 
     return build(fn) if fn is not None else build

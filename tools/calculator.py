@@ -103,7 +103,17 @@ def _format(value: int | float) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-@tool(timeout_s=5, max_output_chars=MAX_INT_DIGITS + 50)
+# What a constrained small model may write: a number or "(" first, only digits, operators, parentheses and
+# spaces, at least one operator, a digit or ")" last, 60 characters at most. Measured on SmolLM2-135M
+# (arith-dev, reason route): with the plain string it wrote "" or copied this docstring's example (1 of 19
+# right); with the pattern, it copied the question's numbers and operator (18 of 23). The length bound (in
+# the pattern: xgrammar ignores maxLength beside a pattern) ends expressions that otherwise ran to the token
+# limit ("67975*8074*1.000000000000000155555...": unterminated JSON). Callers of the tool itself may still
+# use the functions.
+EXPRESSION_GRAMMAR = {"pattern": r"^[0-9(][0-9 .()]{0,24}[-+*/%][0-9+*/%(). -]{0,40}[0-9)]$"}
+
+
+@tool(timeout_s=5, max_output_chars=MAX_INT_DIGITS + 50, grammar={"expression": EXPRESSION_GRAMMAR})
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression exactly, e.g. "1234*5678" or "sqrt(2)/3".
 

@@ -114,7 +114,7 @@ def call_schema(tools: Sequence[Tool], *, final_answer: bool = True) -> dict[str
     """JSON schema of one call: ``anyOf`` of ``{"name": const, "arguments": <tool schema>}`` per tool,
     plus ``final_answer`` (``{"answer": str}``) so the model can stop. Pass it as
     ``GenParams(json_schema=...)`` to constrain decoding."""
-    options = [_option(t.name, t.parameters) for t in tools]
+    options = [_option(t.name, t.decoding_schema()) for t in tools]
     if final_answer:
         options.append(_option(FINAL_ANSWER, final_answer_schema()))
     if not options:

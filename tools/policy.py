@@ -12,7 +12,7 @@ from tools.base import Tool
 
 DEFAULT_ALLOWLIST: dict[str, tuple[str, ...]] = {
     "direct": (),
-    "reason": ("calculator",),
+    "reason": ("calculator", "search"),
     "plan": ("search", "fetch", "calculator", "memory_read", "python"),
     "search": ("search", "fetch", "calculator", "memory_read", "python"),  # a plan's searchers
     "ask": ("ask_user",),

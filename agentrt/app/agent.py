@@ -18,7 +18,7 @@ from agentrt.core.config import Settings, ensure_writable_dir, load_settings
 from agentrt.core.errors import BudgetExceeded, InputError, UserError
 from agentrt.core.events import Event, RunFinished, RunStarted
 from agentrt.core.protocols import ModelBackend
-from agentrt.routing import RouteDecision, extract, make_router
+from agentrt.routing import ACTIONS, RouteDecision, extract, make_router
 from agentrt.routing.decision import cascade_unsure
 from agentrt.app.inputs import check_answer_options, check_request
 from agentrt.core.types import Message, Usage
@@ -140,7 +140,8 @@ class Agent:
         such as ``"learned:router.json"`` or a router object). ``thinking_cap``, ``samples`` (parallel
         samples for reason, chosen by ``verifier`` or a majority vote): the reason route's knobs.
         ``policy`` replaces the agent's backend for this run; ``tools`` (tools.base.Tool) are offered to
-        the routes whose allowlist names them; ``temperature`` / ``seed`` sample instead of greedy decoding.
+        the routes whose allowlist names them (None: ``settings.tools``' safe defaults, the calculator and
+        a search of the index; ``[]``: none); ``temperature`` / ``seed`` sample instead of greedy decoding.
         ``max_tokens`` (the answer's completion-token limit), ``stop``, ``top_p``, ``n`` (choices of the
         answer call, in the record's answer step) and ``json_schema`` (constrained decoding) shape only the
         calls that make the answer (direct, reason); thoughts, plans and searches keep theirs.
@@ -198,11 +199,19 @@ class Agent:
         ctx = RunContext(new_run_id(), question, Budget(total), policy, self.settings, history=messages[:-1],
                          system=system, options=RouteOptions(thinking_cap, samples, verifier, **(answer or {})),
                          on_event=on_event,
-                         callbacks=hooks, tools=list(tools or []), seed=seed, metadata=dict(metadata or {}),
+                         callbacks=hooks, tools=self._tools(tools, question), seed=seed, metadata=dict(metadata or {}),
                          temperature=self.settings.temperature if temperature is None else temperature,
                          planner=self.planner if (self.settings.planner or self._planner is not None) else None)
         ctx.emit(RunStarted(ctx.run_id, route or "", total, policy.name, question, ctx.metadata))
         return ctx
+
+    def _tools(self, given: list[Any] | None, question: str) -> list[Any]:
+        """The run's tools: the caller's list (``[]``: none), else the safe defaults (``settings.tools``)."""
+        if given is not None:
+            return list(given)
+        from agentrt.routes.toolcall import safe_tools
+
+        return safe_tools(self.settings, question)
 
     @property
     def episodes(self) -> Any:
@@ -221,18 +230,20 @@ class Agent:
         The router sees the bare question and features of the conversation; a router that scores with
         the model (``self``) pays through ``ctx.score``, so its tokens are budgeted and recorded too.
         """
+        from agentrt.routes.index import can_search, corpus_signals
+
         router = router if router is not None else self.settings.router
         if isinstance(router, str):
-            router = make_router(router, self.settings, policy=ctx.policy, scorer=ctx.score)
+            # plan searches the private index: with none to search it would only fail
+            actions = None if can_search(self.settings) else tuple(a for a in ACTIONS if a != "plan")
+            router = make_router(router, self.settings, policy=ctx.policy, scorer=ctx.score, actions=actions)
         similar = None
         if self.settings.episodic_memory:
             def similar(q: str) -> list[dict[str, Any]]:
                 found = [e.to_dict() for e in self.episodes.similar(q, k=5) if e.score >= 0.8]
                 ctx.record(self.episodes.last_step)
                 return found
-        from agentrt.routes.plan import corpus_coverage
-
-        features = extract(ctx.question, coverage=corpus_coverage(self.settings), similar_runs=similar,
+        features = extract(ctx.question, index=corpus_signals(self.settings), similar_runs=similar,
                            history=ctx.history)
         decision = await router.decide(ctx.question, features, ctx.budget.total)
         ctx.record(decision.to_step())

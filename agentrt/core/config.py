@@ -142,6 +142,14 @@ class Settings(BaseModel):
     # The python tool (sandboxed code execution) is off unless enabled. True: only inside an isolating
     # sandbox (bubblewrap or namespaces; refused where neither works); "unsafe": without one if need be.
     allow_python: bool | Literal["unsafe"] = False
+    # Tools a run gets when the caller names none: safe (the calculator, and a search of the private index
+    # when one exists for `corpus`; the reason route acts through them, the router decides when reason runs)
+    # or off. A caller's own list (tools=[...], `--tools`) replaces them; tools=[] / `--no-tools`: none.
+    tools: Literal["safe", "off"] = "safe"
+    # Model calls in the reason route's tool loop (the last may only answer). 2 = one tool call, then the
+    # answer: given more, the 135M model re-applies the operation to its own result ("90118 + 1675" after
+    # 88443 + 1675 = 90118; 4 of 8 arith-dev right with 4 steps, 8 of 8 with 2). Raise it for a capable policy.
+    tool_steps: int = Field(default=2, ge=1, le=16)
     # Routing (agentrt.routing): which router, the utility's token price lambda, per-action floors,
     # exploration (softmax temperature / epsilon, propensities logged) and the cascade's threshold.
     router: str = "auto"  # auto: the promoted learned router for the policy, else the shipped one, else rules

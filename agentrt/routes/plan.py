@@ -37,8 +37,6 @@ import json
 import operator
 import re
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from agentrt.core.config import PlanSettings
@@ -47,7 +45,7 @@ from agentrt.core.events import Event, FanOut, PlanApproved, SearcherDone, Searc
 from agentrt.core.types import GenParams, Message
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.routes.toolcall import run_tool_loop
-from agentrt.routing.features import index_coverage
+from agentrt.routes.index import open_corpus_for
 from agentrt.trajectory import MemoryOpStep, PlanResultStep, PlanStep, SearcherFailedStep
 from planners import HeuristicPlanner, LLMPlanner, Plan, validate_plan
 from planners.llm import max_fanout_for, plan_tokens
@@ -309,50 +307,9 @@ def make_planner(ctx: RunContext, opts: PlanSettings) -> Any:
     return LLMPlanner(complete, max_fanout=opts.max_fanout, max_depth=opts.max_depth)
 
 
-_CORPORA: dict[tuple[str, str], Any] = {}
-
-
 def default_searcher(ctx: RunContext) -> Any:
-    """Search the corpus named by ``settings.corpus`` (default "default") in the run's memory store.
-    Opened corpora are kept per (location, name): reopening (Chroma + the BM25 cache) costs seconds."""
-    from memory.corpus import resolve_location
-
-    key = (resolve_location(ctx.settings), getattr(ctx.settings, "corpus", "default"))
-    if key not in _CORPORA:
-        _CORPORA[key] = open_corpus_at(*key)
-    return _CORPORA[key].search
-
-
-def corpus_coverage(settings: Any) -> Callable[[str], float] | None:
-    """The router's ``coverage`` feature over the corpus ``settings.corpus``: the share of a question's
-    content words its top 10 BM25 passages hold. None when no local index exists (nothing is opened then)."""
-    from memory.corpus import bm25_dir, resolve_location
-
-    location = resolve_location(settings)
-    name = getattr(settings, "corpus", "default")
-    if location == ":memory:" or location.startswith(("http://", "https://")) or not Path(location).exists():
-        return None
-    cache = bm25_dir(location, name)
-    if cache is None or not cache.exists():  # never indexed and searched here: no lexical index to ask
-        return None
-    key = (location, name)
-    if key not in _CORPORA:
-        try:
-            _CORPORA[key] = open_corpus_at(location, name)
-        except ConfigError:
-            return None
-
-    def coverage(question: str) -> float:
-        hits = _CORPORA[key].search(question, 10, mode="bm25")
-        return index_coverage(question, [h.text for h in hits])
-
-    return coverage
-
-
-def open_corpus_at(location: str, name: str) -> Any:
-    from memory.corpus import open_corpus
-
-    return open_corpus(location, name)
+    """Search the corpus named by ``settings.corpus`` (default "default") in the run's memory store."""
+    return open_corpus_for(ctx.settings).search
 
 
 async def run_plan(ctx: RunContext, question: str, *, searcher: Any = None, planner: Any = None,

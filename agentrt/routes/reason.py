@@ -24,7 +24,8 @@ async def run(ctx: RunContext, question: str) -> RouteOutput:
 
         allowed = tools_for_route("reason", ctx.tools, ctx.settings)
         if allowed:
-            loop = await run_tool_loop(ctx, ctx.conversation(None), allowed, max_steps=4, budget=ctx.budget)
+            loop = await run_tool_loop(ctx, ctx.conversation(None), allowed, max_steps=ctx.settings.tool_steps,
+                                        budget=ctx.budget)
             ctx.best_answer = loop.answer
             trace = "; ".join(f"{c['name']}({c['args']}) -> {c['error'] or c['result']}" for c in loop.calls)
             return RouteOutput(loop.answer, trace or None)

@@ -217,6 +217,31 @@ def tools_for_route(route: str, tools: list[Tool], settings: Any) -> list[Tool]:
     return allowed_tools(route, tools, allow_python=bool(getattr(settings, "allow_python", False)))
 
 
+def safe_tools(settings: Any, question: str = "") -> list[Tool]:
+    """The tools a run gets by default (``settings.tools == "safe"``): the calculator for a question that
+    holds a number, and a search of the private index (``settings.corpus``) when one exists here; none when
+    ``settings.tools == "off"``. Nothing here runs code or writes anything.
+
+    Why the number: offered the calculator on "How long does it take?", the 135M model calls it with the
+    tool description's own example and answers 7006652 (measured); a question with no number in it has
+    nothing to calculate."""
+    if getattr(settings, "tools", "safe") == "off":
+        return []
+    import re
+
+    from agentrt.routes.index import local_corpus
+    from tools.calculator import calculator
+
+    tools = [calculator] if re.search(r"\d", question) else []
+    corpus = local_corpus(settings)
+    if corpus is not None:
+        from tools.search import make_search_tool
+
+        # short passages: a reason run's tool loop must fit the default budget with a search in it
+        tools.append(make_search_tool(lambda q, k: corpus.search(q, k), max_k=3, passage_chars=300))
+    return tools
+
+
 def builtin_tools(settings: Any) -> list[Tool]:
     """The tools that need no corpus or store: calculator, ask_user (ends the turn), and python when
     ``settings.allow_python`` (search/fetch/memory need a searcher or store: build them with

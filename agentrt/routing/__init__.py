@@ -53,12 +53,13 @@ async def _no_scorer(*_: Any) -> list[float]:
 
 
 def make_router(spec: str, settings: Any, *, policy: Any = None, scorer: Any = None,
-                cfg: UtilityConfig | None = None) -> Any:
+                cfg: UtilityConfig | None = None, actions: tuple[str, ...] | None = None) -> Any:
     """Build the router a spec names; unknown specs raise ConfigError listing the valid ones.
 
     ``scorer`` (the run's ``RunContext.score``) is what the ``self`` router scores its labels with;
     ``policy``, when given, is checked to be able to score, and is the policy a learned router checks
-    it was trained for (else ``settings.policy``'s spec is).
+    it was trained for (else ``settings.policy``'s spec is). ``actions``: the ones it may choose among
+    (default all; the Agent leaves out plan when there is no index to search).
     """
     from agentrt.routing.rules import FixedRouter, RulesRouter
 
@@ -66,6 +67,8 @@ def make_router(spec: str, settings: Any, *, policy: Any = None, scorer: Any = N
                                floors=dict(getattr(settings, "router_floors", {}) or {}),
                                temperature=getattr(settings, "router_temperature", 0.0),
                                epsilon=getattr(settings, "router_epsilon", 0.0))
+    if actions is not None:
+        cfg = cfg.model_copy(update={"actions": tuple(a for a in cfg.actions if a in actions)})
     kind, _, arg = spec.partition(":")
     if kind == "fixed" and arg in ACTIONS:
         return FixedRouter(arg, settings)

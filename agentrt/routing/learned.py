@@ -90,12 +90,16 @@ class RouterModel:
             raise ConfigError(f"router file {path} is corrupt (not JSON); retrain it with: agentrt train-router") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ConfigError(f"{path} is not an agentrt router file")
-        if data.get("version") != VERSION or data.get("features") != list(NUMERIC_FEATURES) or data.get("hash_dim") != HASH_DIM:
+        features = data.get("features")
+        if (data.get("version") != VERSION or data.get("hash_dim") != HASH_DIM or not isinstance(features, list)
+                or not set(features) <= set(NUMERIC_FEATURES)):
             raise ConfigError(
                 f"router file {path} was written by another agentrt version (format v{data.get('version')}); "
                 "retrain it with: agentrt train-router"
             )
         try:
+            if features != list(NUMERIC_FEATURES):
+                data = _widen(data, features)
             dim = len(NUMERIC_FEATURES) + HASH_DIM
             actions = {a: ActionModel(**m) for a, m in data["actions"].items()}
             if len(data["mean"]) != dim or any(len(m.w) != dim or len(m.tok_w) != dim for m in actions.values()):
@@ -104,6 +108,20 @@ class RouterModel:
                        data.get("metrics"), dict(data.get("provenance") or {}))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"router file {path} is corrupt ({e}); retrain it with: agentrt train-router") from None
+
+
+def _widen(data: dict[str, Any], features: list[str]) -> dict[str, Any]:
+    """A file fit on fewer features (an earlier agentrt's) in today's layout: the features it never saw get
+    weight 0 (mean 0, std 1), so it decides exactly as it did."""
+    where = [features.index(f) if f in features else None for f in NUMERIC_FEATURES]
+    k = len(features)
+
+    def widen(vec: list[float], fill: float) -> list[float]:
+        return [fill if i is None else vec[i] for i in where] + list(vec[k:])
+
+    out = dict(data, mean=widen(data["mean"], 0.0), std=widen(data["std"], 1.0))
+    out["actions"] = {a: dict(m, w=widen(m["w"], 0.0), tok_w=widen(m["tok_w"], 0.0)) for a, m in data["actions"].items()}
+    return out
 
 
 # Abstain and ask succeed only on questions that cannot (or should not) be answered, so their p_success is

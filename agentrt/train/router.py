@@ -25,7 +25,7 @@ from typing import Any
 
 from agentrt.core.errors import InputError
 from agentrt.routing.decision import UtilityConfig, choose
-from agentrt.routing.features import NUMERIC_FEATURES, extract, vectorize
+from agentrt.routing.features import INDEX_FEATURES, NUMERIC_FEATURES, STATEFUL_FEATURES, extract, vectorize
 from agentrt.routing.learned import ActionModel, RouterModel, sigmoid
 from agentrt.trajectory import ReadReport, read_trajectories
 
@@ -33,7 +33,10 @@ MAX_WEIGHT = 20.0  # clip 1/propensity: a few rare actions must not dominate the
 # L2 strengths (on the weighted mean log-loss), one for the numeric features and one for the hashed
 # words: the words are 128 noisy inputs, so an action with few successes needs them held much tighter
 Strength = tuple[float, float]  # (numeric features, hashed words)
-L2_GRID: tuple[Strength, ...] = tuple((numeric, words) for numeric in (1e-3, 1e-2, 0.1) for words in (1e-3, 1e-2, 0.1, 1.0))
+# HOLD: so strong that only the intercept moves: p_success is the action's weighted base rate
+HOLD: Strength = (1e3, 1e3)
+L2_GRID: tuple[Strength, ...] = tuple((numeric, words) for numeric in (1e-3, 1e-2, 0.1)
+                                      for words in (1e-3, 1e-2, 0.1, 1.0)) + (HOLD,)
 TOKENS_L2: Strength = (1e-2, 1e-2)
 TEMPERATURES = (0.5, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0)  # calibration: logits / T
 # Below these the fit still runs, but ``data_warnings`` says why its numbers cannot be trusted: a success
@@ -56,15 +59,20 @@ class Example:
     budget: int
     answerable: bool = True  # False for items whose right answer is to abstain (type unanswerable)
     key: str = ""  # the run's task key (metadata task_key), when it came from an eval / learn run
+    source: str = ""  # the trajectory folder or file it was read from
 
 
 def _features(rec: Any, decision: dict[str, Any] | None) -> dict[str, float]:
-    """The features the router saw when the run was logged (coverage, conversation and episodic signals
-    included), else those of the bare question (records of runs whose route was given)."""
+    """The features a router of this version sees for the logged run: those of the question and its
+    conversation recomputed by ``extract`` (deterministic, so a run logged before a feature existed still
+    teaches it), and the index and episodic ones as logged (they depend on the index and the episodes at run
+    time; 0 when the run logged none: no index was asked)."""
+    history = (rec.metadata or {}).get("history") or []
+    features = extract(rec.question, history=history)
     logged = (decision or {}).get("features") or {}
-    if all(name in logged for name in NUMERIC_FEATURES):
-        return {name: float(logged[name]) for name in NUMERIC_FEATURES}
-    return extract(rec.question)
+    for name in INDEX_FEATURES + STATEFUL_FEATURES:
+        features[name] = float(logged.get(name, 0.0))
+    return features
 
 
 def _contains_gold(rec: Any) -> bool:
@@ -111,7 +119,7 @@ def load_examples(paths: list[str | Path], *, strict: bool = False, read_report:
             answerable = getattr(rec.task, "ability", None) != "unanswerable" if rec.task else True
             out.append(Example(rec.question, x, rec.route, 1.0, probs, _success(rec), float(rec.reward),
                                float(rec.usage.get("total_tokens", 0)), int(rec.budget.get("total", 1) or 1),
-                               answerable, str((rec.metadata or {}).get("task_key", ""))))
+                               answerable, str((rec.metadata or {}).get("task_key", "")), str(path)))
     if not out:
         raise InputError("no trajectories with rewards found; run `agentrt eval` (it records rewards) first")
     _logging_propensities(out)
@@ -215,6 +223,11 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     actions = sorted({e.action for e in examples})
     pick = {a: min(L2_GRID, key=lambda l2: _nll([(oof[l2][i].get(a), e.success) for i, e in enumerate(examples)
                                                  if e.action == a])) for a in actions}
+    # An action with few runs cannot choose its strength by cross-validation (18 plan runs weighted up to 20x
+    # picked the weakest hold on the words and memorized one "capital of" success: p_success 0.63 for plan
+    # on "What is the capital of France?"): it gets its weighted base rate, whatever the question.
+    runs = {a: sum(e.action == a for e in examples) for a in actions}
+    pick = {a: (HOLD if runs[a] < MIN_RUNS_PER_ACTION else l2) for a, l2 in pick.items()}
     logits = [{a: oof[pick[a]][i].get(a) for a in actions} for i in range(len(examples))]
     own = [(logits[i][e.action], e.success) for i, e in enumerate(examples)]
     temperature = min(TEMPERATURES, key=lambda t: _nll([(z / t if z is not None else None, y) for z, y in own]))

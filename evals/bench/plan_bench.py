@@ -68,7 +68,7 @@ def quality(args: argparse.Namespace, console: Console) -> None:
     qs = load_hotpotqa()[: args.questions]
     agent = Agent(load_settings(home=args.workdir, corpus=corpus.name))
     if args.store:  # the plan route searches this corpus wherever it lives
-        import agentrt.routes.plan as wf
+        import agentrt.routes.index as wf
 
         from memory.corpus import resolve_location
 

@@ -21,24 +21,31 @@ def test_sample_corpus_indexes_once_and_finds_its_passages(agentrt_home):
 
 
 @pytest.mark.slow
-def test_the_router_sees_how_well_the_index_covers_a_question(agentrt_home):
+def test_the_router_sees_what_the_index_holds_for_a_question(agentrt_home):
     from agentrt import Agent
     from agentrt.backends.scripted import ScriptedBackend
-    from agentrt.routes.plan import corpus_coverage
+    from agentrt.routes.index import corpus_signals
 
     settings = Settings(corpus=DEMO_CORPUS)
-    assert corpus_coverage(settings) is None  # nothing indexed yet: nothing is opened, no feature
+    assert corpus_signals(settings) is None  # nothing indexed yet: nothing is opened, no feature
     _index_sample_corpus(settings)
     from memory.corpus import open_corpus, resolve_location
 
     open_corpus(resolve_location(settings), DEMO_CORPUS).search("warm up", k=1, mode="bm25")  # builds the BM25 cache
-    coverage = corpus_coverage(settings)
-    covered = coverage("Were Scott Derrickson and Ed Wood of the same nationality?")
-    assert covered >= 0.6 and coverage("How do I bake sourdough bread at home quickly?") < covered
+    signals = corpus_signals(settings)
+    held = signals("Were Scott Derrickson and Ed Wood of the same nationality?")
+    # both people have a page in the sample corpus; nobody named here has one
+    lacking = signals("Were Hedwig Pfannkuch and Oskar Zwiebelmeier of the same nationality?")
+    off_topic = signals("How do I bake sourdough bread at home quickly?")
+    assert held["has_index"] == lacking["has_index"] == 1.0
+    assert held["entity_overlap"] == held["entity_titled"] == 1.0 and held["entity_miss"] == 0
+    assert lacking["entity_overlap"] == lacking["entity_titled"] == 0.0 and lacking["entity_miss"] == 2
+    assert held["coverage"] >= 0.6 and off_topic["coverage"] < held["coverage"]
+    assert held["index_vector"] > off_topic["index_vector"] and held["index_bm25"] > off_topic["index_bm25"]
     agent = Agent(settings, policy=ScriptedBackend(["x"]))
     r = agent.run("Were Scott Derrickson and Ed Wood of the same nationality?", budget=2000,
                   router="rules", route=None)
-    assert r.decision["features"]["coverage"] == covered
+    assert {k: r.decision["features"][k] for k in held} == held
 
 
 def test_the_demo_marks_wrong_answers_with_their_gold():
@@ -60,3 +67,27 @@ def test_the_demo_questions_say_what_a_right_answer_is():
     assert all("route" not in q for q in questions)  # the router chooses; nothing is forced
     assert all(q.get("answer") is not None or q.get("unanswerable") for q in questions)
     assert any(q.get("compare") for q in questions) and any(q.get("unanswerable") for q in questions)
+
+
+@pytest.mark.slow
+def test_the_default_router_with_an_index_answers_what_the_model_knows_and_abstains_on_what_nobody_does(agentrt_home):
+    """With the sample index set (as `make run` has it), the shipped router must not read "France is not in my
+    private index" as "unanswerable"; it abstains where the index lacks named people and on the unknowable."""
+    import asyncio
+
+    from agentrt.routes.index import corpus_signals
+    from agentrt.routing import extract, make_router
+    from memory.corpus import open_corpus, resolve_location
+
+    settings = Settings(corpus=DEMO_CORPUS)
+    _index_sample_corpus(settings)
+    open_corpus(resolve_location(settings), DEMO_CORPUS).search("warm up", k=1, mode="bm25")
+    signals, router = corpus_signals(settings), make_router("auto", settings)
+
+    def decide(q):
+        return asyncio.run(router.decide(q, extract(q, index=signals), 1024)).action
+
+    assert decide("What is the capital of France?") in ("direct", "reason")
+    assert decide("What is 12 + 30?") == "reason"
+    assert decide("Who will win the lottery tomorrow?") == "abstain"
+    assert decide("Were Hedwig Pfannkuch and Oskar Zwiebelmeier of the same nationality?") == "abstain"

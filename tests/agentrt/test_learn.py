@@ -136,23 +136,47 @@ def test_learn_end_to_end_on_the_embedded_model(embedded, tmp_path, agentrt_home
     first = capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
     results = (out / "explore" / "results.jsonl").read_text().splitlines()
-    assert len(results) == 12 and report["version"] == "r001"
+    # 6 items x 2 samples explored, and beside each a token-free abstain run (the free logger)
+    assert len(results) == 24 and report["version"] == "r001"
+    free = [json.loads(line) for line in results if json.loads(line)["key"].startswith("free:abstain|")]
+    assert len(free) == 12 and all(r["route"] == "abstain" and r["prompt_tokens"] + r["completion_tokens"] == 0
+                                   for r in free)
+    assert {r["item_id"]: r["correct"] for r in free} == {i["id"]: i["type"] == "unanswerable" for i in items}
     assert report["runs"]["heldout"] > 0 and report["runs"]["train"] > 0
     assert ("promoted r001" in first) == report["promoted"]
     assert report["promoted"] or report["verdict"]["reasons"]  # kept the incumbent: it says why
     steps = [json.loads(line) for line in (out / "trajectories" / "trajectories.jsonl").read_text().splitlines()]
     decisions = [s for rec in steps for s in rec["steps"] if s["kind"] == "route_decision"]
-    assert len(decisions) == 12 and all(0 < d["propensity"] <= 1 for d in decisions)
-    assert len({d["route"] for d in decisions}) > 1  # explored more than one action
+    assert len(decisions) == 24 and all(0 < d["propensity"] <= 1 for d in decisions)
+    explored = [d for rec in steps if rec["metadata"]["task_key"].startswith("explore|")
+                for d in rec["steps"] if d["kind"] == "route_decision"]
+    assert len({d["route"] for d in explored}) > 1  # explored more than one action
+    by_question = {}
+    for rec in steps:  # both loggers saw the same features of a question (what the router is trained on)
+        d = next(s for s in rec["steps"] if s["kind"] == "route_decision")
+        by_question.setdefault(rec["question"], []).append(d["features"])
+    assert all(all(f == fs[0] for f in fs) for fs in by_question.values())
     prov = RouterModel.load(agentrt_home / "routers" / "r001.json").provenance
-    assert prov["policy"]["model"] == "SmolLM2-135M-Instruct" and prov["runs"]["total"] == 12
+    assert prov["policy"]["model"] == "SmolLM2-135M-Instruct" and prov["runs"]["total"] == 24
     assert (out / "report.md").read_text().startswith("# agentrt learn")
 
     assert main(args) == 0  # round two: resumes (no new runs), trains again, decides again
     second = capsys.readouterr().out
-    assert len((out / "explore" / "results.jsonl").read_text().splitlines()) == 12
+    assert len((out / "explore" / "results.jsonl").read_text().splitlines()) == 24
     assert json.loads((out / "report.json").read_text())["version"] == "r002"
     assert "r002" in second and ("promoted r002" in second or "not promoted" in second or "kept" in second)
     assert main(["router", "list", "--json"]) == 0
     versions = {r["version"] for r in json.loads(capsys.readouterr().out)["routers"]}
     assert {"r001", "r002"} <= versions
+
+
+@pytest.mark.slow
+def test_the_default_router_sends_arithmetic_to_the_calculator(embedded, agentrt_home):
+    """Issue 20, item 6: with no flag, `agentrt run "What is 1234*5678?"` used to answer 12345678 on direct; the
+    shipped router sends it to reason, which gets the calculator by default."""
+    r = Agent(Settings(), policy=embedded).run("What is 1234*5678?")
+    assert r.route == "reason" and r.decision["router_version"] == "shipped:smollm2-135m-instruct"
+    assert "7006652" in r.answer.replace(",", "") and r.usage.total_tokens <= 1024
+    assert any(s.get("kind") == "tool_call" and s["name"] == "calculator" for s in r.record.steps)
+    q = Agent(Settings(), policy=embedded).run("What is the capital of France?")
+    assert q.route == "direct" and "Paris" in q.answer

@@ -29,6 +29,8 @@ SETTINGS_SAMPLES = {
     "corpus": ("hotpotqa", "hotpotqa"),
     "memory_store": ("http://chroma:8000", "http://chroma:8000"),
     "allow_python": ("unsafe", "unsafe"),
+    "tools": ("off", "off"),
+    "tool_steps": ("4", 4),
     "router": ("learned:router.json", "learned:router.json"),
     "router_lambda": ("0.5", 0.5),
     "router_floors": ('{"plan": 0.4, "reason": 0.2}', {"plan": 0.4, "reason": 0.2}),

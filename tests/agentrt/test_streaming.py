@@ -50,7 +50,7 @@ def test_a_direct_answer_streams_word_by_word_before_its_step_is_recorded(agentr
 
 def test_reason_streams_its_thought_as_thought_and_its_answer_as_answer(agentrt_home):
     agent = Agent(policy=ScriptedBackend(["Two and two make four.", "4"]))
-    events = list(agent.stream("What is 2 + 2?", budget=400, route="reason", thinking_cap=32))
+    events = list(agent.stream("What is 2 + 2?", budget=400, route="reason", thinking_cap=32, tools=[]))
     assert "".join(d.text for d in _deltas(events, step="think", thought=True)) == "Two and two make four."
     assert [d.text for d in _deltas(events, thought=False)] == ["4"]
     assert {d.route for d in _deltas(events)} == {"reason"}
@@ -61,7 +61,7 @@ def test_routes_without_streamed_answer_text_say_their_answer_once(agentrt_home)
     assert [(d.text, d.route, d.thought) for d in _deltas(abstained)] == [("I don't know.", "abstain", False)]
     # parallel samples: the samples are thoughts, the voted answer is said once
     backend = ScriptedBackend([f"two plus two {THINK_CLOSE} {ANSWER_CUE} 4"])
-    sampled = list(Agent(policy=backend).stream("What is 2 + 2?", budget=900, route="reason", samples=3))
+    sampled = list(Agent(policy=backend).stream("What is 2 + 2?", budget=900, route="reason", samples=3, tools=[]))
     assert all(d.thought for d in _deltas(sampled, step="sample"))
     assert [d.text for d in _deltas(sampled, thought=False)] == [sampled[-1].answer] == ["4"]
 

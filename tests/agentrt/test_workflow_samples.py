@@ -41,7 +41,8 @@ def test_reason_samples_is_one_batched_call_and_backward_compatible():
 def test_samples_and_verifier_are_reachable_from_the_sdk(agentrt_home):
     backend = ScriptedBackend(["x </think> Final answer: 41"])
     agent = Agent(policy=backend)
-    r = agent.run("What is 6*7?", route="reason", samples=3, verifier=lambda a: a == "41", budget=2000)
+    r = agent.run("What is 6*7?", route="reason", samples=3, verifier=lambda a: a == "41", budget=2000,
+                  tools=[])
     assert r.answer == "41" and backend.calls[0][1].n == 3
     [step] = [s for s in r.record.steps if s["kind"] == "sample_selection"]
     assert step["method"] == "verifier" and step["scores"] == [1.0, 1.0, 1.0]

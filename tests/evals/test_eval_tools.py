@@ -1,5 +1,6 @@
-"""`agentrt eval --tools` (issue 20): the eval's runs get the built-in tools, as `agentrt run --tools` does, so an
-eval measures what a user with tools gets. Real embedded model, real calculator, the CLI as a user calls it."""
+"""`agentrt eval --tools` / `--no-tools` (issue 20): the eval's runs get the tools a user's runs get (the safe
+defaults, or the built-in set with --tools, or none), as `agentrt run` does. Real embedded model, real
+calculator, the CLI as a user calls it."""
 
 from __future__ import annotations
 
@@ -23,13 +24,30 @@ def test_eval_with_tools_lets_the_reason_route_use_the_calculator(tmp_path, agen
     # The 135M model alone answers 1234*5678 wrong; through the calculator it is right.
     assert record["tool_calls"] >= 1 and record["correct"] and record["score"] == 1.0, record
     assert record["prompt_tokens"] + record["completion_tokens"] <= 2048
-    assert json.loads((out / "config.json").read_text())["tools"] is True
+    assert json.loads((out / "config.json").read_text())["tools"] == "builtin"
     assert "tools on (built-in)" in (out / "report.md").read_text()
     capsys.readouterr()
-    # The folder holds runs with tools: continuing it without them would mix two settings in one report.
-    assert main(args) == 2
+    # The folder holds runs with the built-in tools: continuing it without them would mix two settings.
+    assert main(args + ["--no-tools"]) == 2
     err = capsys.readouterr().err
-    assert "tools=True" in err and err.count("\n") == 1
+    assert "tools='builtin'" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_an_eval_by_default_gets_what_a_user_gets_and_no_tools_means_none(tmp_path, agentrt_home, capsys):
+    from agentrt.app.cli import main
+
+    suite = tmp_path / "arith.jsonl"
+    suite.write_text(json.dumps({"id": "mul", "question": "What is 94838 * 278?", "answer": "26364964",
+                                 "type": "math", "verifier": "numeric"}) + "\n")
+    base = ["eval", "--suite", str(suite), "--router", "fixed:reason", "--budget", "1024", "--no-progress"]
+    assert main(base + ["--out", str(tmp_path / "safe")]) == 0, capsys.readouterr().err
+    safe = json.loads((tmp_path / "safe" / "results.jsonl").read_text().splitlines()[0])
+    assert safe["tool_calls"] == 1 and safe["correct"], safe  # the calculator, by default, as `agentrt run`
+    assert json.loads((tmp_path / "safe" / "config.json").read_text())["tools"] == "safe"
+    assert main(base + ["--out", str(tmp_path / "none"), "--no-tools"]) == 0
+    none = json.loads((tmp_path / "none" / "results.jsonl").read_text().splitlines()[0])
+    assert none["tool_calls"] == 0 and not none["correct"], none
 
 
 def test_a_folder_from_before_the_tools_setting_resumes_without_tools_only(tmp_path):

@@ -65,9 +65,27 @@ def test_call_schema_is_anyof_of_allowed_tools_plus_final_answer():
     schema = call_schema([calculator])
     names = [opt["properties"]["name"]["const"] for opt in schema["anyOf"]]
     assert names == ["calculator", FINAL_ANSWER]
-    assert schema["anyOf"][0]["properties"]["arguments"] == calculator.parameters
+    # the decoder gets the calculator's grammar (arithmetic only) on top of its parameters' schema
+    arguments = schema["anyOf"][0]["properties"]["arguments"]
+    assert arguments == calculator.decoding_schema() != calculator.parameters
+    assert arguments["properties"]["expression"] == {**calculator.parameters["properties"]["expression"],
+                                                     "pattern": calculator.grammar["expression"]["pattern"]}
     only_final = call_schema([], final_answer=True)
     assert only_final["properties"]["name"] == {"const": FINAL_ANSWER}
+
+
+def test_the_calculator_grammar_narrows_what_a_model_writes_not_what_the_tool_accepts():
+    import re
+
+    from tools.base import execute
+
+    pattern = re.compile(calculator.grammar["expression"]["pattern"])
+    assert all(pattern.match(e) for e in ("94838 * 278", "196582 / 454", "(3 + 4) * 2", "2**10"))
+    assert not any(pattern.match(e) for e in ("", "1234", "the answer", "sqrt(2)", "7 apples + 3"))
+    # a caller of the tool itself may still use the functions the description lists
+    import asyncio
+
+    assert asyncio.run(execute(calculator, {"expression": "sqrt(16) + 1"})).output == "5"
 
 
 def test_allowlist_per_route_and_python_off_by_default():

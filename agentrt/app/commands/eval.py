@@ -25,11 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, help="sampling temperature of the runs (default: 0 = greedy with "
                    "--samples 1, 0.7 with more samples, so samples differ)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
-    p.add_argument("--tools", action="store_true",
-                   help="offer the built-in tools (calculator) to the routes that may use them (reason acts through "
-                        "a constrained tool loop), as `agentrt run --tools` does; default: no tools")
-    from agentrt.app.commands.run import add_confidence_arg, add_corpus_arg
+    from agentrt.app.commands.run import add_confidence_arg, add_corpus_arg, add_tools_args
 
+    add_tools_args(p)  # as `agentrt run`: default the safe tools a user's run gets, --tools, --no-tools
     add_confidence_arg(p)  # each run's stated confidence (recorded in its trajectory): off by default
     add_corpus_arg(p)  # default: the suite's own corpus file, when its items name one
     p.add_argument("--out", required=True, help="output folder (results.jsonl, report.md/json, PNGs); reused to resume")

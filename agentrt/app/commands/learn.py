@@ -3,9 +3,10 @@
     agentrt learn gsm8k simpleqa unanswerable my-suite.jsonl ~/.cache/agentrt/trajectories \\
         --limit 40 --budget 384 --out learn-out
 
-1. Explore: every item of the named suites (built-in names, ``unanswerable`` = evals/data/unanswerable-dev.jsonl,
-   custom JSONL) runs once under the incumbent router with exploration (softmax ``--temperature`` over its
-   utilities mixed with ``--epsilon`` uniform; the chosen action's propensity is logged). The runs are
+1. Explore: every item of the named suites (built-in names, the dev sets ``easy``, ``unanswerable``, ``ambiguous``,
+   ``arith``, ``hotpotqa-index`` = evals/data/NAME-dev.jsonl, custom JSONL) runs once under the incumbent router
+   with exploration (softmax ``--temperature`` over its utilities mixed with ``--epsilon`` uniform; the chosen
+   action's propensity is logged), and once more as a token-free abstain run (``FREE_ACTIONS``). The runs are
    trajectories under OUT/trajectories and OUT/explore/results.jsonl; a rerun skips every item already done.
    A folder of logged trajectories with rewards is used as is (no runs).
 2. Learn (agentrt.train.learn): train on the training slice, evaluate candidate vs incumbent on the held-out
@@ -42,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--logging-router", help="router spec that explores (default: the incumbent, else rules)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
     p.add_argument("--out", default="learn-out", help="output folder, reused to resume (default learn-out)")
+    p.add_argument("--no-free-abstain", dest="free_abstain", action="store_false",
+                   help="do not log a (token-free) abstain run of every item beside the exploring run")
     p.add_argument("--explore-only", action="store_true", help="run the exploration, do not train")
     p.add_argument("--no-promote", action="store_true", help="register the candidate but never promote it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -67,21 +70,19 @@ def _check(args: argparse.Namespace) -> None:
 def _load_suites(names: list[str]) -> tuple[list[Any], list[Path]]:
     """The suites to explore and the trajectory folders/files to learn from as they are."""
     from agentrt.core.errors import InputError
-    from evals.suites import BUILTIN, DATA_DIR, load_jsonl, load_suite
+    from evals.suites import BUILTIN, dev_sets, load_jsonl, load_suite
 
     suites, logged = [], []
     for name in dict.fromkeys(names):
         path = Path(name).expanduser()
-        if name in BUILTIN:
+        if name in BUILTIN or name in dev_sets():
             suites.append(load_suite(name))
-        elif (DATA_DIR / f"{name}-dev.jsonl").is_file():
-            suites.append(load_jsonl(DATA_DIR / f"{name}-dev.jsonl", name))
         elif path.is_dir() or (path.is_file() and path.suffix == ".jsonl" and _is_trajectories(path)):
             logged.append(path)
         elif path.is_file():
             suites.append(load_jsonl(path))
         else:
-            raise InputError(f"{name!r} is neither a built-in suite ({', '.join(BUILTIN)}, unanswerable), a suite "
+            raise InputError(f"{name!r} is neither a built-in suite ({', '.join(BUILTIN + dev_sets())}), a suite "
                              "file nor a trajectory folder")
     return suites, logged
 
@@ -114,18 +115,26 @@ class _Exploring:
 
 
 class ExploreRouter:
-    """The eval harness's router protocol: every item decided by one exploring router object."""
+    """The eval harness's router protocol: every item decided by one router object (``router``)."""
 
-    name = "explore"
     fixed = False
 
-    def __init__(self, router: Any) -> None:
-        self.router = _Exploring(router)
+    def __init__(self, router: Any, name: str = "explore") -> None:
+        self.router = router
+        self.name = name
 
     def choose(self, item: Any) -> Any:
         from evals.routers import Choice
 
         return Choice(None, router=self.router)
+
+
+# Abstaining costs no token and its reward is the verifier's verdict on "I don't know", known without a
+# model call: exploration logs it for every item (a second, fixed logger), so the abstain model learns from
+# every question instead of the few the exploring router happened to abstain on. Its runs go through the
+# router like any other (the features are logged), and the propensities are the two loggers' mixture
+# (agentrt.train.router._logging_propensities), so the off-policy estimates stay unbiased.
+FREE_ACTIONS = ("abstain",)
 
 
 def explore(args: argparse.Namespace, settings: Any, suites: list[Any], out: Path, incumbent: str) -> Path:
@@ -134,12 +143,15 @@ def explore(args: argparse.Namespace, settings: Any, suites: list[Any], out: Pat
 
     from agentrt.app.agent import Agent
     from agentrt.routing import ACTIONS, UtilityConfig, make_router
-    from agentrt.routes.plan import corpus_coverage
+    from agentrt.routing.rules import FixedRouter
+    from agentrt.routes.index import corpus_signals
     from agentrt.trajectory import TrajectoryWriter
-    from evals.runner import EvalConfig, plan_tasks, run_tasks
+    from evals.runner import EvalConfig, plan_tasks, prepare_corpus, run_tasks
 
-    # plan searches the private index: explore it only when one exists for settings.corpus
-    actions = tuple(a for a in ACTIONS if a != "plan" or corpus_coverage(settings) is not None)
+    # plan searches the private index: explore it only when one exists for settings.corpus (the suites' own
+    # corpus file is indexed first, so a fresh home explores plan on a suite that names one)
+    prepare_corpus(settings, [item for s in suites for item in s.items[:args.limit]])
+    actions = tuple(a for a in ACTIONS if a != "plan" or corpus_signals(settings) is not None)
     cfg = UtilityConfig(lam=args.lam, temperature=args.temperature, epsilon=args.epsilon, actions=actions,
                         floors={a: 0.0 for a in ACTIONS})  # exploring: every action stays possible
     agent = Agent(settings)
@@ -149,7 +161,9 @@ def explore(args: argparse.Namespace, settings: Any, suites: list[Any], out: Pat
     config = EvalConfig(suites=[s.name for s in suites], routers=["explore"], budget=args.budget, limit=args.limit,
                         samples=args.samples, workers=args.workers, seed=args.seed, policy=settings.policy,
                         out=str(out / "explore"))
-    tasks = plan_tasks(suites, [ExploreRouter(router)], args.samples, args.limit)
+    loggers = [ExploreRouter(_Exploring(router))]
+    loggers += [ExploreRouter(FixedRouter(a, settings), f"free:{a}") for a in FREE_ACTIONS if args.free_abstain]
+    tasks = plan_tasks(suites, loggers, args.samples, args.limit)
     progress = not args.no_progress and sys.stderr.isatty()
     records = asyncio.run(run_tasks(agent, tasks, config, progress=progress, label="explore"))
     if not progress:
@@ -160,7 +174,8 @@ def explore(args: argparse.Namespace, settings: Any, suites: list[Any], out: Pat
 
 
 def _examples(paths: list[Path]) -> list[Any]:
-    """Rewarded runs from the trajectory folders; a task run twice (a resumed kill) counts once (the last)."""
+    """Rewarded runs from the trajectory folders; a task run twice in one folder (a resumed kill) counts once
+    (the last). The same task in two folders (two rounds of exploration) is two runs."""
     from agentrt.trajectory import ReadReport
     from agentrt.train.router import load_examples
 
@@ -168,10 +183,23 @@ def _examples(paths: list[Path]) -> list[Any]:
     examples = load_examples(paths, read_report=read)
     if read.quarantined:
         print(f"agentrt: warning: {read.quarantine_summary()}", file=sys.stderr)
-    last: dict[str, Any] = {}
+    last: dict[tuple[str, str] | str, Any] = {}
     for i, e in enumerate(examples):
-        last[e.key or f"#{i}"] = e
+        last[(e.source, e.key) if e.key else f"#{i}"] = e
     return list(last.values())
+
+
+def _provenance_extra(args: argparse.Namespace, suites: list[Any], logged: list[Path], incumbent: str) -> dict[str, Any]:
+    """What the candidate's provenance says of its data: the exploration this command ran (only when it ran
+    one: learning from logged folders alone explores nothing) and the logged folders it read."""
+    extra: dict[str, Any] = {}
+    if suites:
+        extra["explore"] = {"suites": [s.name for s in suites], "budget": args.budget, "epsilon": args.epsilon,
+                            "temperature": args.temperature, "limit": args.limit, "samples": args.samples,
+                            "free_abstain": args.free_abstain, "logging_router": args.logging_router or incumbent}
+    if logged:
+        extra["logged"] = [str(p) for p in logged]
+    return extra
 
 
 def cmd_learn(args: argparse.Namespace) -> int:
@@ -197,11 +225,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
     report = learn_round(_examples(paths), incumbent, settings, fingerprint,
                          suites=[s.name for s in suites] + [str(p) for p in logged], lam=args.lam,
                          holdout=args.holdout, folds=args.folds, seed=args.seed, rounds=args.bootstrap,
-                         promote=not args.no_promote,
-                         extra={"explore": {"budget": args.budget, "epsilon": args.epsilon,
-                                            "temperature": args.temperature, "limit": args.limit,
-                                            "samples": args.samples,
-                                            "logging_router": args.logging_router or incumbent.name}})
+                         promote=not args.no_promote, extra=_provenance_extra(args, suites, logged, incumbent.name))
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
     (out / "report.md").write_text(reliability_markdown(report))

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("question", help="the question to answer (non-empty UTF-8 text)")
     p.add_argument("--route", choices=list(ROUTES), help="skip the router")
     p.add_argument("--router", help="fixed:<action>, rules (default), self, learned:PATH, cascade")
-    p.add_argument("--tools", action="store_true", help="let the reason route act through the built-in tools (calculator)")
+    add_tools_args(p)
     p.add_argument("--budget", type=int, help="token budget for the whole run (default 1024)")
     p.add_argument("--thinking-cap", type=int, help="max thinking tokens for the reason route")
     p.add_argument("--samples", type=int, default=1,
@@ -174,14 +174,29 @@ def check_length(settings: Any, question: str, budget: int) -> None:
                          "the chat template); raise the budget")
 
 
+def add_tools_args(p: argparse.ArgumentParser) -> None:
+    """``--tools`` / ``--no-tools``; without either a run gets the safe defaults (``settings.tools``)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--tools", dest="tools", action="store_const", const="builtin",
+                   help="the built-in tools: calculator, ask_user, python when allow_python is set "
+                        "(default: the safe ones, the calculator and a search of the index, per the tools setting)")
+    g.add_argument("--no-tools", dest="tools", action="store_const", const="off", help="no tools at all")
+    p.set_defaults(tools="safe")
+
+
+def run_tools(args: argparse.Namespace, settings: Any) -> list[Any] | None:
+    """The tools ``--tools`` / ``--no-tools`` name (None: the run's defaults, ``settings.tools``)."""
+    if args.tools == "builtin":
+        from agentrt.routes.toolcall import builtin_tools
+
+        return builtin_tools(settings)
+    return [] if args.tools == "off" else None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     agent = _agent(args, question=args.question, budget=args.budget, route=args.route,
                    thinking_cap=args.thinking_cap, samples=args.samples)
-    tools = None
-    if args.tools:
-        from agentrt.routes.toolcall import builtin_tools
-
-        tools = builtin_tools(agent.settings)
+    tools = run_tools(args, agent.settings)
     result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap,
                        samples=args.samples, tools=tools, confidence=args.confidence)
     sources = []
