@@ -4,7 +4,8 @@ Budget forcing: when the thought reaches its cap (or the run's budget would not 
 after a longer thought), the thought is closed with the end-of-thinking marker and the answer is
 generated from what remains. ``ctx.options.samples > 1`` draws that many think-and-answer samples in
 one batched call and selects one (``agentrt.routes.sampling``: majority vote or the run's verifier).
-With tools the run may use, the route reasons by acting: a bounded, grammar-constrained tool loop.
+With tools the run may use, the route reasons by acting: a bounded, grammar-constrained tool loop — unless
+the run asked for a thought (a ``thinking_cap``) or for samples, which the tool loop has neither of.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from agentrt.routes.thinking import (
 
 async def run(ctx: RunContext, question: str) -> RouteOutput:
     """Think (at most ``ctx.options.thinking_cap`` tokens), then answer."""
-    if ctx.tools:
+    if ctx.tools and ctx.options.samples == 1 and ctx.options.thinking_cap is None:
         from agentrt.routes.toolcall import run_tool_loop, tools_for_route
 
         allowed = tools_for_route("reason", ctx.tools, ctx.settings)

@@ -87,7 +87,8 @@ def test_the_default_router_with_an_index_answers_what_the_model_knows_and_absta
     def decide(q):
         return asyncio.run(router.decide(q, extract(q, index=signals), 1024)).action
 
-    assert decide("What is the capital of France?") in ("direct", "reason")
+    # answered (plan is chosen here at this model's odds; right, at ~800 tokens: docs/routing.md), never refused
+    assert decide("What is the capital of France?") in ("direct", "reason", "plan")
     assert decide("What is 12 + 30?") == "reason"
     assert decide("Who will win the lottery tomorrow?") == "abstain"
     assert decide("Were Hedwig Pfannkuch and Oskar Zwiebelmeier of the same nationality?") == "abstain"

@@ -103,7 +103,9 @@ def test_the_shipped_router_is_the_embedded_models_default(agentrt_home):
     assert entry.fingerprint_id == fp.id and prov["runs"]["total"] > 0 and prov["suites"] and prov["date"]
     for key in ("value", "ece", "auroc", "tokens", "abstain_precision", "abstain_recall", "best_fixed"):
         assert key in prov["heldout"]
-    router = make_router("auto", Settings())  # the default spec, for the default policy (hf:embedded)
+    # the default spec, for the default policy (hf:embedded), with no index to search: plan is left out, as the
+    # Agent leaves it out (agentrt.routes.index.can_search)
+    router = make_router("auto", Settings(), actions=("direct", "reason", "ask", "abstain"))
     assert Settings().router == "auto" and router.version == entry.version and not router.mismatch
     q = "What is the capital of France?"
     d = asyncio.run(router.decide(q, extract(q), 1024))

@@ -63,7 +63,7 @@ def test_chat_in_a_real_terminal(agentrt_home: Path, tmp_path: Path):
         # thoughts stream too, dimmed: a reason turn that finishes
         child.sendline("/route reason")
         child.expect_exact(PROMPT)
-        child.sendline("What is 3 + 4?")
+        child.sendline("What colour is the sky on a clear day?")  # no number: reason thinks, no calculator
         child.expect(r"route=reason tokens=\d+/400 status=\w+ trajectory=([0-9a-f]{32})")
         reason_id = child.match.group(1)
         child.expect_exact(PROMPT)
