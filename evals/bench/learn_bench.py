@@ -1,6 +1,6 @@
 """Benchmark: the learned router from `agentrt learn`'s exploration runs, leave-one-suite-out (issue 20).
 
-    .venv/bin/python evals/bench/learn_bench.py /tmp/learn/A/trajectories /tmp/learn/B/trajectories \
+    .venv/bin/python evals/bench/learn_bench.py A/trajectories B1/trajectories B2/trajectories \
         [--lambda 0.3] [--folds 5] [--without index]
 
 No model runs: it reads the exploration's trajectories (each run's suite is in its task key
