@@ -49,12 +49,9 @@ def run_task(item: Item) -> RunTask:
 def eval_tools(agent: Any, config: Any) -> list[Any] | None:
     """The tools an eval's runs may use (each route keeps its allowlist's): a user's defaults (None: the
     agent's ``settings.tools``), the built-in ones with ``--tools``, none with ``--no-tools``."""
-    mode = getattr(config, "tools", "safe")
-    if mode in (True, "builtin"):
-        from agentrt.routes.toolcall import builtin_tools
+    from agentrt.routes.toolcall import tools_for_mode
 
-        return builtin_tools(agent.settings)
-    return [] if mode in (False, None, "off") else None
+    return tools_for_mode(config.tools, agent.settings)
 
 
 def task_base(task: Any, config: Any, p_success: float | None) -> dict[str, Any]:

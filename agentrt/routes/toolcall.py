@@ -23,6 +23,7 @@ step record keeps the model's own text under ``model_answer``.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -227,8 +228,6 @@ def safe_tools(settings: Any, question: str = "") -> list[Tool]:
     nothing to calculate."""
     if getattr(settings, "tools", "safe") == "off":
         return []
-    import re
-
     from agentrt.routes.index import local_corpus
     from tools.calculator import calculator
 
@@ -238,8 +237,16 @@ def safe_tools(settings: Any, question: str = "") -> list[Tool]:
         from tools.search import make_search_tool
 
         # short passages: a reason run's tool loop must fit the default budget with a search in it
-        tools.append(make_search_tool(lambda q, k: corpus.search(q, k), max_k=3, passage_chars=300))
+        tools.append(make_search_tool(corpus.search, max_k=3, passage_chars=300))
     return tools
+
+
+def tools_for_mode(mode: str, settings: Any) -> list[Tool] | None:
+    """The tools a ``--tools`` / ``--no-tools`` choice names: "builtin" (``builtin_tools``), "off" (none), "safe"
+    (None: the run's own defaults, ``safe_tools``)."""
+    if mode == "builtin":
+        return builtin_tools(settings)
+    return [] if mode == "off" else None
 
 
 def builtin_tools(settings: Any) -> list[Tool]:

@@ -184,19 +184,12 @@ def add_tools_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(tools="safe")
 
 
-def run_tools(args: argparse.Namespace, settings: Any) -> list[Any] | None:
-    """The tools ``--tools`` / ``--no-tools`` name (None: the run's defaults, ``settings.tools``)."""
-    if args.tools == "builtin":
-        from agentrt.routes.toolcall import builtin_tools
-
-        return builtin_tools(settings)
-    return [] if args.tools == "off" else None
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     agent = _agent(args, question=args.question, budget=args.budget, route=args.route,
                    thinking_cap=args.thinking_cap, samples=args.samples)
-    tools = run_tools(args, agent.settings)
+    from agentrt.routes.toolcall import tools_for_mode
+
+    tools = tools_for_mode(args.tools, agent.settings)
     result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap,
                        samples=args.samples, tools=tools, confidence=args.confidence)
     sources = []
