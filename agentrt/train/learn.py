@@ -85,7 +85,7 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Any, fi
         inc = evaluate(incumbent.name, rules_estimator(settings), q, held, rules_cfg, rounds, seed)
     fixed = {a: evaluate(f"fixed:{a}", fixed_estimator(a), q, held, config(lam, (a,)), rounds, seed) for a in actions}
     for p in fixed.values():  # a fixed action predicts nothing: no calibration to report
-        p.ece = p.auroc = None
+        p.ece = p.auroc = p.ece_floor = None
         p.reliability = {}
     verdict = compare(cand, inc, held, rounds=rounds, seed=seed)
     train_eval = evaluate("candidate", model_estimator(candidate), q, train, cand_cfg, 1, seed)
@@ -98,7 +98,7 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Any, fi
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "lambda": lam, "actions": list(actions),
         "heldout": {"value": round(cand.value, 4), "interval": [round(x, 4) for x in cand.interval],
-                    "ece": cand.ece, "auroc": None if cand.auroc is None else round(cand.auroc, 4),
+                    "ece": cand.ece, "ece_floor": cand.ece_floor, "auroc": None if cand.auroc is None else round(cand.auroc, 4),
                     "success": round(cand.success, 4), "tokens": round(cand.tokens, 1),
                     "abstain_precision": cand.abstain_precision, "abstain_recall": cand.abstain_recall,
                     "best_fixed": {"action": best.name, "value": round(best.value, 4), "tokens": round(best.tokens, 1),
@@ -122,7 +122,8 @@ def reliability_markdown(report: RoundReport) -> str:
     """Reliability diagrams (as tables) per action, candidate and incumbent, for OUT/report.md."""
     lines = ["# agentrt learn: held-out reliability per action", ""]
     for policy in (report.candidate, report.incumbent):
-        lines.append(f"## {policy.name} (ECE {policy.ece}, AUROC {policy.auroc})")
+        lines.append(f"## {policy.name} (ECE {policy.ece}, a perfectly calibrated router's on these runs "
+                     f"{policy.ece_floor}; AUROC {policy.auroc})")
         for action, table in policy.reliability.items():
             lines += ["", f"### {action}", "", "| p_success bin | runs | mean p_success | success rate | bar |",
                       "|---|---|---|---|---|"]

@@ -56,6 +56,9 @@ class PolicyEval:
     tokens: float  # DR estimate of tokens per run
     ece: float | None
     auroc: float | None
+    # the ECE a perfectly calibrated router would show on these runs (outcomes drawn from its own p_success):
+    # the sampling noise of the measurement; an ECE near it is as good as this many runs can show
+    ece_floor: float | None
     abstain_precision: float | None
     abstain_recall: float | None
     actions: dict[str, int] = field(default_factory=dict)  # what it chose, over the held-out runs
@@ -144,10 +147,22 @@ def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Exampl
         name=name, value=sum(terms) / n, interval=bootstrap(terms, [e.question for e in examples], rounds, seed),
         success=sum(succ) / n, tokens=sum(toks) / n,
         ece=calibration(probs, outcomes)["ece"] if probs else None, auroc=auroc(probs, outcomes),
+        ece_floor=ece_floor(probs, seed=seed) if probs else None,
         abstain_precision=hits / said if said else None,
         abstain_recall=hits / total_unanswerable if total_unanswerable else None, actions=chosen,
         reliability={a: calibration(ps, ys)["reliability"] for a, (ps, ys) in sorted(per_action.items())},
         terms=terms)
+
+
+def ece_floor(probs: list[float], rounds: int = 200, seed: int = 0) -> float:
+    """Mean ECE of a perfectly calibrated predictor with these probabilities: outcomes drawn as Bernoulli(p),
+    binned as ``calibration`` bins them. On a few dozen runs it is itself 0.05-0.15 (each bin's success rate
+    is a small-sample mean), so an ECE target below it cannot be met, or told apart from luck, at that size."""
+    rng = random.Random(seed)
+    total = 0.0
+    for _ in range(rounds):
+        total += calibration(probs, [float(rng.random() < p) for p in probs])["ece"]
+    return round(total / rounds, 4)
 
 
 def fixed_estimator(action: str) -> Estimator:

@@ -8,7 +8,10 @@ No model runs: it reads the exploration's trajectories (each run's suite is in i
 on S's runs (off-policy, doubly robust, as `agentrt learn` scores its held-out slice): value with a 95%
 bootstrap interval, success, tokens, ECE and AUROC of p_success, abstain precision/recall; next to the
 rules and every fixed action. Then the question split (30% held out) that `agentrt learn` uses: all of it, and
-each suite's held-out questions alone (the router trained on 70% of every suite, as the shipped one is).
+each suite's held-out questions alone (the router trained on 70% of every suite, as the shipped one is); then
+the same with every question held out once (``--crossfit`` folds by question: each suite scored on all its
+questions, ~3x the runs of the 30% split). ECE is printed with its noise floor: the mean ECE a perfectly
+calibrated router would show on the same runs (``router_eval.ece_floor``).
 ``--without index`` zeroes the index features (has_index, index_bm25, ...) before training: what they add. "Most accurate fixed" is the
 fixed action with the highest DR success rate among those run at least 5 times on the scored items (by value
 alone abstain would win wherever the policy rarely succeeds: it costs no tokens).
@@ -27,6 +30,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def crossfit(examples, k: int, lam: float, folds: int) -> dict[int, object]:
+    """For each run (by ``id``), a router trained on the questions of the other k-1 folds (a stable hash)."""
+    import hashlib
+
+    from agentrt.train.router import train_router
+
+    fold = {e.question: int.from_bytes(hashlib.blake2b(e.question.encode(), digest_size=4).digest(), "little") % k
+            for e in examples}
+    out: dict[int, object] = {}
+    for i in range(k):
+        model = train_router([], lam=lam, folds=folds, examples=[e for e in examples if fold[e.question] != i])
+        out.update({id(e): model for e in examples if fold[e.question] == i})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("trajectories", nargs="+", help="trajectory folders of `agentrt learn` explorations")
@@ -34,6 +52,7 @@ def main() -> None:
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--holdout", type=float, default=0.3)
+    ap.add_argument("--crossfit", type=int, default=5, help="folds of the cross-fit rows (by question)")
     args = ap.parse_args()
 
     from rich.console import Console
@@ -64,16 +83,19 @@ def main() -> None:
                         f"{', without ' + args.without + ' features' if args.without else ''}); "
                         "value = DR estimate of score - lambda*tokens/budget [95% bootstrap]")
     for col in ("held out", "runs", "learned value", "rules value", "most accurate fixed (value)", "success L / rules / best",
-                "tokens L / best", "answering fixed: success, tokens L/it", "ECE L / rules", "AUROC L", "abstain P/R",
+                "tokens L / best", "answering fixed: success, tokens L/it", "ECE L (floor) / rules", "AUROC L", "abstain P/R",
                 "learned's actions"):
         table.add_column(col)
 
-    def row(name, train, held, model=None):
-        if len({e.question for e in train}) < 2 or not held:
+    def row(name, train, held, model=None, estimate=None):
+        """One table row: ``held`` scored by a router trained on ``train`` (or by ``model``, or by ``estimate``:
+        a per-run estimator, for the cross-fit rows where each question has its own fold's model)."""
+        if estimate is None and (len({e.question for e in train}) < 2 or not held):
             print(f"{name}: too few runs to train on or to score ({len(train)} / {len(held)})")
             return
-        model = model or train_router([], lam=args.lam, folds=args.folds, examples=train)
-        q = model_estimator(model)
+        if estimate is None:
+            estimate = model_estimator(model or train_router([], lam=args.lam, folds=args.folds, examples=train))
+        q = estimate
         cand = evaluate("learned", q, q, held, config(args.lam, actions))
         rules = evaluate("rules", rules_estimator(settings), q, held, UtilityConfig(lam=args.lam, actions=actions))
         # only actions run on these items at least a few times: elsewhere a fixed action's "success" would be
@@ -92,18 +114,49 @@ def main() -> None:
                       f"{cand.tokens:.0f} / {best.tokens:.0f}",
                       "-" if answering is None else f"{answering.name[6:]} {answering.success:.3f}, "
                       f"{cand.tokens / max(1.0, answering.tokens):.0%}",
-                      f"{f(cand.ece)} / {f(rules.ece)}", f(cand.auroc),
+                      f"{f(cand.ece)} ({f(cand.ece_floor)}) / {f(rules.ece)}", f(cand.auroc),
                       f"{f(cand.abstain_precision, 2)} / {f(cand.abstain_recall, 2)}",
                       " ".join(f"{a}:{n}" for a, n in sorted(cand.actions.items())))
 
+    loso = {}  # suite -> the router trained on the other suites
     for s in suites:
-        row(s, [e for e in examples if suite_of(e) != s], [e for e in examples if suite_of(e) == s])
+        train = [e for e in examples if suite_of(e) != s]
+        if len({e.question for e in train}) >= 2:
+            loso[s] = train_router([], lam=args.lam, folds=args.folds, examples=train)
+        row(s, train, [e for e in examples if suite_of(e) == s], loso.get(s))
     train, held = split(examples, args.holdout, 0)
     model = train_router([], lam=args.lam, folds=args.folds, examples=train)
     row(f"questions ({args.holdout:.0%})", train, held, model)
     for s in suites:
         row(f"  {s} (split)", train, [e for e in held if suite_of(e) == s], model)
-    Console(width=280).print(table)
+    # every question held out once: k routers, each trained (as the shipped one is) on the other folds'
+    # questions of every suite; each suite is then scored on all its questions, not on its 30% alone
+    fold_model = crossfit(examples, args.crossfit, args.lam, args.folds)
+    cross = lambda e: fold_model[id(e)].predict(e.x)  # noqa: E731
+    row(f"questions ({args.crossfit}-fold cross-fit)", [], examples, estimate=cross)
+    for s in suites:
+        row(f"  {s} (cross-fit)", [], [e for e in examples if suite_of(e) == s], estimate=cross)
+    console = Console(width=280)
+    console.print(table)
+    # calibration in the large per suite and action: mean p_success against the success rate, with the suite
+    # left out and with it cross-fit. A gap far above the noise floor is bias (the features cannot tell this
+    # suite's questions from others' that fare differently), not sampling noise
+    large = Table(title="mean p_success / success rate (runs) per suite and action: leave-one-suite-out | cross-fit")
+    large.add_column("suite")
+    for a in actions:
+        large.add_column(a)
+    for s in suites:
+        cells = []
+        for a in actions:
+            rows = [e for e in examples if suite_of(e) == s and e.action == a]
+            if not rows:
+                cells.append("-")
+                continue
+            rate = sum(e.success for e in rows) / len(rows)
+            held_out = "-" if s not in loso else f"{sum(loso[s].predict(e.x)[0][a] for e in rows) / len(rows):.2f}"
+            cells.append(f"{held_out} | {sum(cross(e)[0][a] for e in rows) / len(rows):.2f} / {rate:.2f} ({len(rows)})")
+        large.add_row(s, *cells)
+    console.print(large)
 
 
 if __name__ == "__main__":
