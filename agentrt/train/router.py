@@ -191,6 +191,17 @@ def calibration(probs: list[float], outcomes: list[float], bins: int = 10) -> di
     return {"ece": round(ece, 4), "brier": round(brier, 4), "reliability": table, "n": len(probs)}
 
 
+def ece_floor(probs: list[float], rounds: int = 200, seed: int = 0) -> float:
+    """Mean ECE of a perfectly calibrated predictor with these probabilities: outcomes drawn as Bernoulli(p),
+    binned as ``calibration`` bins them. On a few dozen runs it is itself 0.05-0.15 (each bin's success rate
+    is a small-sample mean), so an ECE target below it cannot be met, or told apart from luck, at that size."""
+    rng = random.Random(seed)
+    total = 0.0
+    for _ in range(rounds):
+        total += calibration(probs, [float(rng.random() < p) for p in probs])["ece"]
+    return round(total / rounds, 4)
+
+
 def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, seed: int = 0, strict: bool = False,
                  read_report: ReadReport | None = None, examples: list[Example] | None = None) -> RouterModel:
     """Fit, calibrate and evaluate a learned router; the report is in ``model.metrics``.
@@ -333,5 +344,6 @@ def report(preds: list[tuple[dict[str, float], dict[str, float]]], examples: lis
         dr += q[pick] + match * (reward - q.get(e.action, 0.0)) / e.propensity
     n = max(1, len(examples))
     logged = sum(e.reward - lam * e.tokens / e.budget for e in examples) / n
-    return {**calibration(probs, outcomes), "policy_value_ips": round(ips / n, 4), "policy_value_dr": round(dr / n, 4),
+    return {**calibration(probs, outcomes), "ece_floor": ece_floor(probs) if probs else None,
+            "policy_value_ips": round(ips / n, 4), "policy_value_dr": round(dr / n, 4),
             "logged_policy_value": round(logged, 4), "chosen_actions": chosen_actions}

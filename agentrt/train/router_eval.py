@@ -23,7 +23,7 @@ from typing import Any
 from agentrt.routing.decision import UtilityConfig, choose
 from agentrt.routing.features import NUMERIC_FEATURES
 from agentrt.routing.learned import DEFAULT_FLOORS, RouterModel
-from agentrt.train.router import MAX_WEIGHT, Example, calibration
+from agentrt.train.router import MAX_WEIGHT, Example, calibration, ece_floor
 
 # A policy's view of one example: (p_success per action, expected tokens per action)
 Estimator = Callable[[Example], tuple[dict[str, float], dict[str, float]]]
@@ -152,17 +152,6 @@ def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Exampl
         abstain_recall=hits / total_unanswerable if total_unanswerable else None, actions=chosen,
         reliability={a: calibration(ps, ys)["reliability"] for a, (ps, ys) in sorted(per_action.items())},
         terms=terms)
-
-
-def ece_floor(probs: list[float], rounds: int = 200, seed: int = 0) -> float:
-    """Mean ECE of a perfectly calibrated predictor with these probabilities: outcomes drawn as Bernoulli(p),
-    binned as ``calibration`` bins them. On a few dozen runs it is itself 0.05-0.15 (each bin's success rate
-    is a small-sample mean), so an ECE target below it cannot be met, or told apart from luck, at that size."""
-    rng = random.Random(seed)
-    total = 0.0
-    for _ in range(rounds):
-        total += calibration(probs, [float(rng.random() < p) for p in probs])["ece"]
-    return round(total / rounds, 4)
 
 
 def fixed_estimator(action: str) -> Estimator:

@@ -11,7 +11,7 @@ rules and every fixed action. Then the question split (30% held out) that `agent
 each suite's held-out questions alone (the router trained on 70% of every suite, as the shipped one is); then
 the same with every question held out once (``--crossfit`` folds by question: each suite scored on all its
 questions, ~3x the runs of the 30% split). ECE is printed with its noise floor: the mean ECE a perfectly
-calibrated router would show on the same runs (``router_eval.ece_floor``).
+calibrated router would show on the same runs (``agentrt.train.router.ece_floor``).
 ``--without index`` zeroes the index features (has_index, index_bm25, ...) before training: what they add. "Most accurate fixed" is the
 fixed action with the highest DR success rate among those run at least 5 times on the scored items (by value
 alone abstain would win wherever the policy rarely succeeds: it costs no tokens).

@@ -187,7 +187,7 @@ def test_the_default_router_sends_arithmetic_to_the_calculator(embedded, agentrt
 def test_ece_floor_is_the_noise_a_perfect_router_shows_and_shrinks_with_runs():
     """A perfectly calibrated router's ECE on few runs is far from 0 (so an ECE target below it cannot be met on
     that many), and it falls as the runs grow; the same probabilities and seed give the same floor."""
-    from agentrt.train.router_eval import ece_floor
+    from agentrt.train.router import ece_floor
 
     probs = [0.1, 0.3, 0.5, 0.7, 0.9] * 8  # 40 runs
     small = ece_floor(probs)

@@ -182,6 +182,9 @@ def test_train_router_cli(tmp_path):
                           "--out", str(tmp_path / "r.json")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "ECE" in out.stdout and (tmp_path / "r.json").is_file()
+    # the ECE comes with what a perfectly calibrated router would show on as many runs (its sampling noise)
+    floor = json.loads((tmp_path / "r.json").read_text())["metrics"]["ece_floor"]
+    assert 0 < floor < 0.5 and f"(noise floor {floor:.4f})" in out.stdout
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     out = subprocess.run([sys.executable, "-m", "agentrt.app.cli", "train-router", "--trajectories", str(empty),

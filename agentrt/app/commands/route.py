@@ -135,7 +135,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     for line in m.get("warnings", []):  # the data cannot support the fit: said before the numbers
         print(f"agentrt: warning: {line}", file=sys.stderr)
     print(f"router written to {args.out}")
-    print(f"out-of-fold ({m['folds']} folds): ECE {m['ece']:.4f}  Brier {m['brier']:.4f}  "
+    floor = "" if m.get("ece_floor") is None else f" (noise floor {m['ece_floor']:.4f})"
+    print(f"out-of-fold ({m['folds']} folds): ECE {m['ece']:.4f}{floor}  Brier {m['brier']:.4f}  "
           f"policy value IPS {m['policy_value_ips']:.4f} DR {m['policy_value_dr']:.4f} "
           f"(logged policy {m['logged_policy_value']:.4f})  runs {m['examples']} on {m['questions']} questions  "
           f"choices {m['chosen_actions']}  temperature {m['temperature']}")
