@@ -250,7 +250,8 @@ def _print(report: Any, incumbent: str) -> None:
 
     for p in [report.candidate, report.incumbent, *report.fixed.values()]:
         table.add_row(p.name, f"{p.value:+.3f} [{p.interval[0]:+.3f}, {p.interval[1]:+.3f}]", fmt(p.success),
-                      f"{p.tokens:.0f}", fmt(p.ece) + ("" if p.ece_floor is None else f" ({p.ece_floor:.3f})"), fmt(p.auroc), f"{fmt(p.abstain_precision, 2)}/{fmt(p.abstain_recall, 2)}",
+                      f"{p.tokens:.0f}", fmt(p.ece) + ("" if p.ece_floor is None else f" ({p.ece_floor:.3f})"),
+                      fmt(p.auroc), f"{fmt(p.abstain_precision, 2)}/{fmt(p.abstain_recall, 2)}",
                       " ".join(f"{a}:{n}" for a, n in sorted(p.actions.items())))
     Console(width=max(140, Console().width)).print(table)
     print(f"value on train {report.train_value:+.4f} vs held out {report.candidate.value:+.4f}; "
