@@ -30,6 +30,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def load_runs(paths: list[str]) -> list:
+    """The explorations' runs, one per (folder, task key): a resumed run logged twice counts once."""
+    from agentrt.train.router import load_examples
+
+    last = {}
+    for i, e in enumerate(load_examples([Path(t) for t in paths])):
+        last[(e.source, e.key) if e.key else f"#{i}"] = e
+    return list(last.values())
+
+
+def suite_of(e) -> str:
+    """The suite of an exploration run (its task key is ``explore|SUITE|ITEM|SAMPLE``), else "logged"."""
+    return e.key.split("|")[1] if e.key.count("|") == 3 else "logged"
+
+
 def crossfit(examples, k: int, lam: float, folds: int) -> dict[int, object]:
     """For each run (by ``id``), a router trained on the questions of the other k-1 folds (a stable hash)."""
     import hashlib
@@ -60,22 +75,17 @@ def main() -> None:
 
     from agentrt.core.config import Settings
     from agentrt.routing.decision import UtilityConfig
-    from agentrt.train.router import load_examples, train_router
+    from agentrt.train.router import train_router
     from agentrt.train.router_eval import (config, evaluate, fixed_estimator, model_estimator, rules_estimator,
                                            split)
 
     from agentrt.routing.features import INDEX_FEATURES, NUMERIC_FEATURES
 
-    examples = load_examples([Path(t) for t in args.trajectories])
-    last = {}
-    for i, e in enumerate(examples):
-        last[(e.source, e.key) if e.key else f"#{i}"] = e
-    examples = list(last.values())
+    examples = load_runs(args.trajectories)
     if args.without == "index":
         for e in examples:
             for name in INDEX_FEATURES:
                 e.x[NUMERIC_FEATURES.index(name)] = 0.0
-    suite_of = lambda e: e.key.split("|")[1] if e.key.count("|") == 3 else "logged"  # noqa: E731
     suites = sorted({suite_of(e) for e in examples})
     actions = tuple(sorted({e.action for e in examples}))
     settings = Settings()

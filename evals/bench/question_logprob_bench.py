@@ -56,24 +56,17 @@ def main() -> None:
     from rich.table import Table
 
     from agentrt.routing.features import NUMERIC_FEATURES
-    from agentrt.train.router import load_examples, train_router
+    from agentrt.train.router import train_router
     from agentrt.train.router_eval import config, evaluate
-    from learn_bench import crossfit
+    from learn_bench import crossfit, load_runs, suite_of
 
-    def examples():
-        rows = {}
-        for i, e in enumerate(load_examples([Path(t) for t in args.trajectories])):
-            rows[(e.source, e.key) if e.key else f"#{i}"] = e
-        return list(rows.values())
-
-    base = examples()
+    base = load_runs(args.trajectories)
     if any(e.x[NUMERIC_FEATURES.index(k)] for e in base for k in ("past_success", "past_runs")):
         sys.exit("these runs used episodic memory (past_success/past_runs are set): the slots are not free")
     logprob = question_logprobs(sorted({e.question for e in base}))
-    with_lp = examples()
+    with_lp = load_runs(args.trajectories)
     for e in with_lp:
         e.x[NUMERIC_FEATURES.index("past_success")], e.x[NUMERIC_FEATURES.index("past_runs")] = logprob[e.question]
-    suite_of = lambda e: e.key.split("|")[1] if e.key.count("|") == 3 else "logged"  # noqa: E731
     suites = sorted({suite_of(e) for e in base})
     actions = tuple(sorted({e.action for e in base}))
     cfg = config(args.lam, actions)
