@@ -53,7 +53,7 @@ test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/lint-imports --no-cache && $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
-	$(BIN)/python evals/bench/batcher.py
+	$(BIN)/python -m evals.bench.batcher
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)

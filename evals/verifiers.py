@@ -23,11 +23,14 @@ _ABSTAIN = re.compile(
 
 
 def is_abstention(answer: str, route: str = "") -> bool:
-    """True when the run abstained: the abstain route, an empty answer, or a "don't know" answer."""
+    """True when the run abstained: the abstain route, or a "don't know" answer.
+
+    An empty answer is no abstention: it is a run that produced no answer (status ``no_answer``,
+    agentrt.core.answer), scored as wrong, never credited as a wise "don't know" (issue 37)."""
     if route == "abstain":
         return True
     text = answer.strip()
-    return not text or bool(_ABSTAIN.search(text[:300]))
+    return bool(text) and bool(_ABSTAIN.search(text[:300]))
 
 
 @dataclass(slots=True)

@@ -11,24 +11,22 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Iterator
 
+from agentrt.app.session import Session
 from agentrt.core.budget import Budget
 from agentrt.core.config import Settings, ensure_writable_dir, load_settings
 from agentrt.core.errors import BudgetExceeded, InputError, UserError
 from agentrt.core.events import Event, RunFinished, RunStarted
 from agentrt.core.protocols import ModelBackend
+from agentrt.core.request import RunHooks, RunRequest, check_fit, signature
+from agentrt.core.types import INDEX_ROUTES
 from agentrt.routing import ACTIONS, RouteDecision, extract, make_router
 from agentrt.routing.decision import cascade_unsure
-from agentrt.app.inputs import check_answer_options, check_request
-from agentrt.core.types import Message, Usage
-from agentrt.routes import RouteOutput, get_route
-from agentrt.routes._confidence import CONFIDENT_ROUTES, check_mode
-from agentrt.routes.context import RouteOptions, RunContext
+from agentrt.core.types import Usage
+from agentrt.routes import CONFIDENT_ROUTES, RouteOutput, get_route
+from agentrt.routes.context import RunContext
 from agentrt.trajectory import EscalationStep, RewardBreakdown, RunTask, TaskInfo, TrajectoryRecord, TrajectoryWriter, attach_task, new_run_id
-
-if TYPE_CHECKING:
-    from agentrt.app.session import Session
 
 
 @dataclass
@@ -54,6 +52,10 @@ class Result:
     confidence: float | None = None
     confidence_status: str | None = None
     record: TrajectoryRecord | None = field(default=None, repr=False)  # the record as written
+    # A run without a real answer (status no_answer, or truncated with none): ``answer`` is "" and the best
+    # text the route produced (raw tool output, cut JSON, ...) is kept here; ``error`` says what was wrong.
+    partial: str | None = None
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +73,8 @@ class Result:
             "decision": self.decision,
             "confidence": self.confidence,
             "confidence_status": self.confidence_status,
+            "partial": self.partial,
+            "error": self.error,
         }
 
 
@@ -122,43 +126,34 @@ class Agent:
             return asyncio.run(self.arun(question, **options))
         raise UserError("Agent.run() was called inside an event loop; use `await agent.arun(...)` there")
 
-    async def arun(self, question: str, *, history: list[Message] | list[dict[str, str]] | None = None,
-                   system: str | None = None, budget: int | None = None, route: str | None = None,
-                   router: str | Any | None = None, thinking_cap: int | None = None, samples: int = 1,
-                   verifier: Callable[[str], Any] | None = None, policy: ModelBackend | None = None,
-                   tools: list[Any] | None = None, temperature: float | None = None, seed: int | None = None,
-                   max_tokens: int | None = None, stop: list[str] | None = None, top_p: float | None = None,
-                   n: int = 1, json_schema: dict[str, Any] | None = None,
-                   on_event: Callable[[Event], None] | None = None,
-                   approve_plan: Callable[[Any], Any] | None = None, ask_user: Callable[[str], str] | None = None,
-                   task: RunTask | TaskInfo | None = None, metadata: dict[str, Any] | None = None,
-                   confidence: str | None = None) -> Result:
+    async def arun(self, question: str, **options: Any) -> Result:
         """The async form of ``run``: one request, start to finish, written as one trajectory record.
 
-        ``history`` (earlier user/assistant turns) and ``system`` make the conversation the routes answer;
-        the router decides on the bare question. ``route`` skips the router; ``router`` overrides it (a spec
-        such as ``"learned:router.json"`` or a router object). ``thinking_cap``, ``samples`` (parallel
-        samples for reason, chosen by ``verifier`` or a majority vote): the reason route's knobs.
-        ``policy`` replaces the agent's backend for this run; ``tools`` (tools.base.Tool) are offered to
-        the routes whose allowlist names them (None: ``settings.tools``' safe defaults, the calculator and
-        a search of the index; ``[]``: none); ``temperature`` / ``seed`` sample instead of greedy decoding.
-        ``max_tokens`` (the answer's completion-token limit), ``stop``, ``top_p``, ``n`` (choices of the
-        answer call, in the record's answer step) and ``json_schema`` (constrained decoding) shape only the
-        calls that make the answer (direct, reason); thoughts, plans and searches keep theirs.
-        ``on_event`` observes the run's typed events (agentrt.core.events); ``approve_plan`` / ``ask_user``
-        are hooks of the plan route and the ask_user tool. ``task`` (a RunTask, or the TaskInfo alone) and ``metadata``
-        go into the record, with the task's reward when it has one, before the record is written.
-        ``confidence`` (off, tail, grammar, scored; default ``settings.confidence``) asks the policy how sure it is:
-        ``Result.confidence`` and the record carry it, stripped from the answer (agentrt.routes._confidence).
+        A thin door: the keyword arguments are the fields of ``RunRequest`` and its ``AnswerOptions``
+        (agentrt.core.request, where each is documented with its limits) and of ``RunHooks`` (the live
+        objects: ``on_event``, ``approve_plan``, ``ask_user``, ``verifier``, ``tools``, ``policy``, a
+        ``router`` object, ``task``). They are validated into a request before any token is spent (an
+        ``InputError`` naming the field otherwise), then ``run_request`` runs it.
         """
-        answer = check_answer_options(max_tokens, stop, top_p, n, json_schema)
-        answer["confidence"] = check_mode(self.settings.confidence if confidence is None else confidence)
-        ctx = self._start(question, history, system, budget, route, thinking_cap, samples, verifier, policy,
-                          tools, temperature, seed, on_event, approve_plan, ask_user, metadata, answer)
+        hooks, rest = RunHooks.split(options)
+        return await self.run_request(RunRequest.from_kwargs(question, **rest), hooks)
+
+    arun.__signature__ = signature()  # type: ignore[attr-defined]  # help() and IDEs show every option
+
+    def request(self, question: str, **options: Any) -> tuple[RunRequest, RunHooks]:
+        """``arun``'s arguments as a validated request and its hooks (for a caller that amends it first)."""
+        hooks, rest = RunHooks.split(options)
+        return RunRequest.from_kwargs(question, **rest), hooks
+
+    async def run_request(self, req: RunRequest, hooks: RunHooks | None = None) -> Result:
+        """Run one validated request; ``hooks`` are its live objects (see ``arun``)."""
+        hooks = hooks or RunHooks()
+        ctx = self._start(req, hooks)
+        question, route, task = req.question, req.route, hooks.task
         chosen, output, decision = route or "", RouteOutput(""), None
         try:
             if not route:
-                decision = await self._decide(ctx, router)
+                decision = await self._decide(ctx, hooks.router if hooks.router is not None else req.router)
                 chosen = decision.action
             output = await get_route(chosen)(ctx, question)
             if decision is not None and decision.escalation:
@@ -174,35 +169,26 @@ class Agent:
         truncated = any("length" in s.get("finish_reasons", []) for s in ctx.steps if s.get("name") == "answer")
         return await self._finish(ctx, chosen, output, decision, task, "truncated" if truncated else "ok", None)
 
-    def _start(self, question: Any, history: Any, system: Any, budget: Any, route: Any, thinking_cap: Any,
-               samples: Any, verifier: Any, policy: ModelBackend | None, tools: Any, temperature: Any, seed: Any,
-               on_event: Any, approve_plan: Any, ask_user: Any, metadata: Any,
-               answer: dict[str, Any] | None = None) -> RunContext:
-        """Validate a request (before any token is spent) and open its RunContext."""
-        total = self.settings.budget if budget is None else budget
-        messages = check_request(question, history, system, total, route, thinking_cap, samples, temperature,
-                                 metadata)
+    def _start(self, req: RunRequest, hooks: RunHooks) -> RunContext:
+        """Check that the request fits the model and its budget (before any token is spent); open its RunContext."""
+        total = self.settings.budget if req.budget is None else req.budget
         ensure_writable_dir(self.settings.trajectory_dir, "trajectory directory")
-        policy = policy or self.policy
-        prompt_tokens = policy.count_tokens(([Message("system", system)] if system else []) + messages)
-        if prompt_tokens >= policy.context_length:
-            raise InputError(f"the conversation is {prompt_tokens} tokens, longer than the model's context "
-                             f"({policy.context_length}); shorten it")
-        if total <= prompt_tokens:
-            raise InputError(f"budget {total} is smaller than the prompt ({prompt_tokens} tokens); "
-                             f"use a budget of at least {prompt_tokens + 16}")
+        policy = hooks.policy or self.policy
+        check_fit(policy.count_tokens(req.messages()), policy.context_length, total)
+        on_event = hooks.on_event
         if self.settings.tracing != "none":
             from agentrt.app.tracing import traced
 
             on_event = traced(self.settings, on_event)
-        hooks = {k: v for k, v in (("approve_plan", approve_plan), ("ask_user", ask_user)) if v}
-        ctx = RunContext(new_run_id(), question, Budget(total), policy, self.settings, history=messages[:-1],
-                         system=system, options=RouteOptions(thinking_cap, samples, verifier, **(answer or {})),
-                         on_event=on_event,
-                         callbacks=hooks, tools=self._tools(tools, question), seed=seed, metadata=dict(metadata or {}),
-                         temperature=self.settings.temperature if temperature is None else temperature,
+        callbacks = {k: v for k, v in (("approve_plan", hooks.approve_plan), ("ask_user", hooks.ask_user)) if v}
+        confidence = self.settings.confidence if req.answer.confidence is None else req.answer.confidence
+        ctx = RunContext(new_run_id(), req.question, Budget(total), policy, self.settings, history=list(req.history),
+                         system=req.system, options=req.answer.model_copy(update={"confidence": confidence}),
+                         on_event=on_event, callbacks=callbacks, tools=self._tools(hooks.tools, req.question),
+                         seed=req.seed, metadata=dict(req.metadata), verifier=hooks.verifier, request=req,
+                         temperature=self.settings.temperature if req.temperature is None else req.temperature,
                          planner=self.planner if (self.settings.planner or self._planner is not None) else None)
-        ctx.emit(RunStarted(ctx.run_id, route or "", total, policy.name, question, ctx.metadata))
+        ctx.emit(RunStarted(ctx.run_id, req.route or "", total, policy.name, req.question, ctx.metadata))
         return ctx
 
     def _tools(self, given: list[Any] | None, question: str) -> list[Any]:
@@ -234,8 +220,8 @@ class Agent:
 
         router = router if router is not None else self.settings.router
         if isinstance(router, str):
-            # plan searches the private index: with none to search it would only fail
-            actions = None if can_search(self.settings) else tuple(a for a in ACTIONS if a != "plan")
+            # plan and read search the private index: with none to search they would only fail
+            actions = None if can_search(self.settings) else tuple(a for a in ACTIONS if a not in INDEX_ROUTES)
             router = make_router(router, self.settings, policy=ctx.policy, scorer=ctx.score, actions=actions)
         similar = None
         if self.settings.episodic_memory:
@@ -272,7 +258,11 @@ class Agent:
 
     async def _finish(self, ctx: RunContext, route: str, output: RouteOutput, decision: RouteDecision | None,
                       task: RunTask | TaskInfo | None, status: str, error: str | None) -> Result:
-        """Write the episode and the complete record (task and reward included), then build the Result."""
+        """Write the episode and the complete record (task and reward included), then build the Result.
+
+        The answer contract (agentrt.core.answer) decides the status: a run without a real answer ends
+        ``no_answer`` (``truncated`` when the budget cut it), its text kept apart as ``partial``."""
+        output, status, error, partial = _contract(ctx, output, status, error)
         if self.settings.episodic_memory and status == "ok":
             ctx.record(self.episodes.add_run(ctx.question, route, output.answer, tokens=ctx.budget.spent,
                                              trajectory_id=ctx.run_id))
@@ -285,7 +275,7 @@ class Agent:
             reason=decision.reason if decision else "route given by the caller",
             trajectory_file=str(self.writer.path), timings=record.timings,
             decision=decision.model_dump() if decision else None, reward=reward, record=record,
-            confidence=record.confidence, confidence_status=record.confidence_status,
+            confidence=record.confidence, confidence_status=record.confidence_status, partial=partial, error=error,
         )
 
     def _write(self, ctx: RunContext, route: str, output: RouteOutput, task: RunTask | TaskInfo | None,
@@ -300,7 +290,7 @@ class Agent:
             answer=output.answer, thought=output.thought,
             budget={"total": ctx.budget.total, "spent": ctx.budget.spent},
             usage=usage.to_dict(), timings={"wall_s": round(time.perf_counter() - ctx.started, 4)},
-            status=status, error=error, metadata=dict(ctx.metadata),  # type: ignore[arg-type]
+            status=status, error=error, metadata=dict(ctx.metadata), partial=output.partial,  # type: ignore[arg-type]
             confidence=output.confidence, confidence_status=output.confidence_status or (
                 # asked, but the route never got to state it: the budget ran out first, or the run failed
                 None if ctx.options.confidence == "off" or route not in CONFIDENT_ROUTES
@@ -322,23 +312,47 @@ class Agent:
         """
         from agentrt.app.events import astream
 
-        async for event in astream(self, question, **options):
+        async for event in astream(self, *self.request(question, **options)):
             yield event
 
     def stream(self, question: str, **options: Any) -> Iterator[Event]:
         """The synchronous form of ``astream`` (the run goes on in a helper thread)."""
         from agentrt.app.events import stream
 
-        return stream(self, question, **options)
+        return stream(self, *self.request(question, **options))
 
     def session(self, *, history_share: float = 0.5, budget: int | None = None, history: str = "trim") -> Session:
         """A multi-turn conversation: each turn sees the prior turns, within ``history_share`` of its budget.
 
         ``history``: "trim" (keep the newest turns that fit) or "compress" (summarize and archive older ones).
         """
-        from agentrt.app.session import Session
-
         return Session(self, history_share=history_share, budget=budget, history=history)
+
+    def feedback(self, run_id: str, *, reward: float | None = None, correct: bool | None = None,
+                 note: str = "", source: str = "sdk") -> dict[str, Any]:
+        """Record a verdict on a finished run (``Result.trajectory_id``) as its reward: ``correct`` (1 or 0)
+        or ``reward`` in [0, 1]. Appended beside the trajectories (agentrt.trajectory.feedback), learnable by
+        ``agentrt learn --traffic``; an unknown run id raises InputError."""
+        from agentrt.trajectory.feedback import record_feedback
+
+        return record_feedback(self.settings.trajectory_dir, run_id, reward=reward, correct=correct,
+                               source=source, note=note)
+
+
+def _contract(ctx: RunContext, output: RouteOutput, status: str,
+              error: str | None) -> tuple[RouteOutput, str, str | None, str | None]:
+    """Apply the answer contract to a finished run: no real answer -> no_answer / truncated, text kept apart."""
+    from dataclasses import replace
+
+    from agentrt.core.answer import check_answer
+
+    own = {getattr(t, "name", "") for t in ctx.tools or []} | {"search", "calculator", "python"}
+    verdict = check_answer(output.answer, ctx.question, own_tools=own)
+    if verdict.ok or status not in ("ok", "truncated"):
+        return output, status, error, None
+    partial = output.answer.strip() or None
+    output = replace(output, answer="", partial=partial)
+    return output, status if status == "truncated" else "no_answer", error or f"no answer: {verdict.reason}", partial
 
 
 def _answer_confidence(ctx: RunContext) -> float | None:

@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "agentrt.app.commands.tools",
     "agentrt.app.commands.learn",
     "agentrt.app.commands.router",
+    "agentrt.app.commands.feedback",
 ]
 
 

@@ -16,8 +16,8 @@ import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError, InputError
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]")  # Chroma's rule (memory.chroma._check_name)
@@ -76,7 +76,7 @@ def existing(location: str) -> list[str]:
     return sorted(list_collections(location))
 
 
-def require_collection(settings: Any, name: str) -> None:
+def require_collection(settings: Settings, name: str) -> None:
     """A ConfigError (exit 2) naming the collections that exist, unless ``name`` is one of them."""
     from memory.corpus import resolve_location
 
@@ -89,7 +89,7 @@ def require_collection(settings: Any, name: str) -> None:
                           f"`agentrt index PATH --collection {name}`")
 
 
-def index_path(settings: Any, path: str | Path, *, name: str | None = None,
+def index_path(settings: Settings, path: str | Path, *, name: str | None = None,
                progress: Callable[[int], None] | None = None,
                announce: Callable[[str], None] | None = None) -> tuple[str, int]:
     """Index a file or folder (once: a collection that already holds its passages is reused) and build
@@ -117,7 +117,7 @@ def index_path(settings: Any, path: str | Path, *, name: str | None = None,
         return name, _INDEXED[key]
 
 
-def resolve_corpus(settings: Any, spec: str | None, *, announce: Callable[[str], None] | None = None) -> str:
+def resolve_corpus(settings: Settings, spec: str | None, *, announce: Callable[[str], None] | None = None) -> str:
     """The collection ``--corpus spec`` names (``spec`` None: ``settings.corpus``, unchecked here).
 
     A PATH is indexed (once) and its derived collection returned; a NAME must exist in the store (a bare
@@ -145,7 +145,7 @@ def resolve_corpus(settings: Any, spec: str | None, *, announce: Callable[[str],
     return index_path(settings, path, announce=announce)[0]
 
 
-def titles(settings: Any, ids: list[str]) -> list[dict[str, str]]:
+def titles(settings: Settings, ids: list[str]) -> list[dict[str, str]]:
     """``[{id, title}]`` for cited passage ids, looked up in ``settings.corpus`` (ids it lacks keep an
     empty title). Never raises: citations are shown even when the store cannot be read."""
     if not ids:

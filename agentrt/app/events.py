@@ -16,35 +16,35 @@ streamed, e.g. surrounding whitespace). Backends that cannot stream (a custom on
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import queue
 import threading
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 from agentrt.core.events import (
     Answer, BudgetUpdate, Event, FanOut, Plan, PlanApproved, RouteDecided, RunFinished, RunStarted, SearcherDone,
     SearcherFailed, StepFinished, StepStarted, TokenDelta, ToolCall,
 )
-
-if TYPE_CHECKING:  # the agent is passed in, never imported: this module sits below agentrt.app.agent
-    from agentrt.app.agent import Agent, Result
-
+from agentrt.core.protocols import Runner
+from agentrt.core.request import RunHooks, RunRequest
 
 _DONE = object()
 
 
-async def astream(agent: Agent, question: str, **options: Any) -> AsyncIterator[Event]:
-    """Run ``agent.arun`` and yield its typed events, ending with ``Answer``; closing early cancels it."""
+async def astream(agent: Runner, req: RunRequest, hooks: RunHooks | None = None) -> AsyncIterator[Event]:
+    """Run ``req`` on ``agent`` and yield its typed events, ending with ``Answer``; closing early cancels it."""
     events: asyncio.Queue[Any] = asyncio.Queue()
-    user_hook = options.pop("on_event", None)
+    hooks = hooks or RunHooks()
+    user_hook = hooks.on_event
 
     def on_event(event: Event) -> None:
         if user_hook is not None:
             user_hook(event)
         events.put_nowait(event)
 
-    async def runner() -> Result:
+    async def runner() -> Any:
         try:
-            return await agent.arun(question, on_event=on_event, **options)
+            return await agent.run_request(req, dataclasses.replace(hooks, on_event=on_event))
         finally:
             events.put_nowait(_DONE)
 
@@ -66,14 +66,14 @@ async def astream(agent: Agent, question: str, **options: Any) -> AsyncIterator[
                 pass
 
 
-def stream(agent: Agent, question: str, **options: Any) -> Iterator[Event]:
+def stream(agent: Runner, req: RunRequest, hooks: RunHooks | None = None) -> Iterator[Event]:
     """Synchronous ``astream``: the run's event loop lives in a helper thread; events come through a queue."""
     out: queue.Queue[Any] = queue.Queue()
     stop = threading.Event()
     loop = asyncio.new_event_loop()
 
     async def pump() -> None:
-        gen = astream(agent, question, **options)
+        gen = astream(agent, req, hooks)
         try:
             async for event in gen:
                 out.put(event)

@@ -23,6 +23,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from agentrt.app.live import no_answer_line
 from agentrt.app.agent import Agent
 from agentrt.core.errors import AgentrtError, UserError
 from agentrt.app.events import (Answer, BudgetUpdate, Event, Plan, PlanApproved, RouteDecided, RunStarted, StepFinished,
@@ -35,6 +36,7 @@ HELP = """\
 /plan               the last turn's plan
 /memory             what the conversation remembers (the prior turns sent as context)
 /trace              the last turn's steps (trajectory id, calls, tokens)
+/good  /bad         the last answer was right / wrong (recorded as its reward, for `agentrt learn --traffic`)
 /save [PATH]        save the conversation as JSON lines
 /reset              forget the conversation
 /help               this help;  /exit (or Ctrl-D) leaves;  Ctrl-C cancels a running turn"""
@@ -112,7 +114,9 @@ class TurnView:
         if thought:
             parts.append(Text("\n".join(thought.splitlines()[-THOUGHT_LINES:])[-THOUGHT_LINES * 120:], style="dim"))
         if self.answer is not None:  # the run's answer (a route may trim what it streamed)
-            parts.append(Panel(self.answer.result.answer or "(no answer)", title="answer", title_align="left"))
+            r = self.answer.result
+            parts.append(Panel(r.answer or no_answer_line(r), title="answer", title_align="left",
+                               style="" if r.answer else "yellow"))
         elif self.said.strip():
             parts.append(Text(self.said.strip()))
         if self.total:
@@ -192,7 +196,9 @@ class Repl:
             return
         r = view.answer.result  # the answer itself is in the live view's last frame
         sources = [f"passage {c}" for c in getattr(r, "citations", None) or []]
-        sources += [t.name + (f": {t.result[:80]}" if t.result else "") for t in view.tools]
+        # what a tool was asked, not what it returned: raw results (search's <document> blocks) are no source line
+        sources += [f"{t.name}({json.dumps(t.args, ensure_ascii=False)[:80]})" + (" failed" if t.error else "")
+                    for t in view.tools]
         if sources:
             self.console.print("sources:", style="bold")
         for i, src in enumerate(sources, 1):
@@ -237,6 +243,13 @@ class Repl:
                 self.console.print(f"{i}. you: {t.question}\n   agent: {t.answer}", markup=False)
         elif name == "/trace":
             self._trace()
+        elif name in ("/good", "/bad"):
+            if not self.last or not self.last.run_id:
+                self.console.print("no turn yet")
+            else:
+                self.agent.feedback(self.last.run_id, correct=name == "/good", note=arg, source="repl")
+                self.console.print(f"recorded: run {self.last.run_id} {'right' if name == '/good' else 'wrong'}",
+                                   markup=False)
         elif name == "/save":
             path = Path(arg) if arg else self.agent.settings.home / "chats" / f"chat-{len(self.session.turns)}.jsonl"
             self.console.print(f"saved {len(self.session.turns)} turns to {self.session.save(path)}", markup=False)

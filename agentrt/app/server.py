@@ -34,6 +34,8 @@ except ImportError as e:  # pragma: no cover - depends on the install
     raise missing_extra("fastapi", "server") from e
 
 from agentrt.app.server_request import ChatRequest, RequestError, plan_run
+from agentrt.core.request import RunHooks, explain
+from agentrt.core.protocols import Tokenized
 from agentrt.app.server_response import completion
 from agentrt.app.server_stream import sse, timeout_message
 
@@ -60,7 +62,7 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
     app = FastAPI(title="agentrt", version="0.1.0", docs_url=None, redoc_url=None)
     slots = asyncio.Semaphore(max_concurrency)
     names = served_names(agent, served_model_names)
-    tokenizer = getattr(agent.policy, "tokenizer", None)  # names the tokens of logprobs (hf backends)
+    tokenizer = agent.policy.tokenizer if isinstance(agent.policy, Tokenized) else None  # names logprobs' tokens
     if api_key:
         app.add_middleware(ApiKeyGate, key=api_key)
 
@@ -84,6 +86,28 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
                                             "root": agent.policy.name, "policy": agent.policy.name,
                                             "max_model_len": agent.policy.context_length} for name in names]}
 
+    @app.post("/v1/feedback")
+    async def feedback(request: Request) -> Any:
+        """A user's verdict on a response (its ``id``): ``correct`` true/false or ``reward`` in [0, 1]."""
+        try:
+            data = parse_body(await request.body())
+        except BadBody as e:
+            return _error(400, str(e), param=e.param)
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            return _error(400, "the body must be a JSON object with the response's \"id\" and \"correct\" or "
+                               "\"reward\"", param="id")
+        correct, reward = data.get("correct"), data.get("reward")
+        if correct is not None and not isinstance(correct, bool):
+            return _error(400, "correct must be true or false", param="correct")
+        try:
+            entry = await asyncio.to_thread(agent.feedback, data["id"], reward=reward, correct=correct,
+                                            note=str(data.get("note") or ""), source="server")
+        except UserError as e:
+            unknown = str(e).startswith("no run ")
+            return _error(404 if unknown else 400, str(e), param="id" if unknown else "reward",
+                          code="run_not_found" if unknown else None)
+        return {"object": "feedback", "id": data["id"], **entry}
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         declared = request.headers.get("content-length")
@@ -103,9 +127,8 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
         try:
             req = ChatRequest.model_validate(data)
         except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err["loc"])
-            return _error(400, f"invalid field '{where}': {err['msg']}", param=where)
+            message, where = explain(e, ChatRequest)  # the limits are RunRequest's (agentrt.core.request)
+            return _error(400, message, param=where)
         model = req.model or names[0]
         if model not in names:
             return _error(404, f"The model `{model}` does not exist; this server serves: {', '.join(names)}",
@@ -127,7 +150,7 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
         try:
             async with slots:
                 async with timer:
-                    result = await agent.arun(plan.question, on_event=_run_id_into(started), **plan.options)
+                    result = await agent.run_request(plan.request, RunHooks(on_event=_run_id_into(started)))
         except TimeoutError:
             if not timer.expired():
                 raise  # a TimeoutError of the run's own: not ours to describe

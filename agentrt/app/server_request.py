@@ -9,7 +9,7 @@ The mapping (docs/server.md, "OpenAI fields"):
   ``tool`` message becomes a ``<tool_response>`` user turn, so a client's own tool loop can go on.
 * Sampling: ``temperature`` and ``seed`` are the run's (every call that would decode greedily samples);
   ``max_tokens``/``max_completion_tokens``, ``stop``, ``top_p`` shape the calls that make the answer
-  (``RouteOptions.shape``): thoughts, plans and searches are bounded by the budget instead. As in
+  (``AnswerOptions.shape``): thoughts, plans and searches are bounded by the budget instead. As in
   OpenAI's API, a cap bounds every generated token, so a request with ``max_tokens`` and no route runs
   on ``direct`` (its only call is the answer); naming a thinking route caps that route's answer only.
 * ``tools`` (unless ``tool_choice`` is ``"none"``), ``response_format`` json_object/json_schema and
@@ -27,19 +27,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentrt.app.inputs import check_answer_options
-from agentrt.core.errors import UserError
+from agentrt.core.errors import InputError, UserError
+from agentrt.core.protocols import Runner
+from agentrt.core.request import (AnswerOptions, RouteName, RunRequest, default_budget, field_of, newest_that_fit,
+                                  validate)
 from agentrt.core.text import quote_untrusted
-from agentrt.core.types import ROUTES, Message
+from agentrt.core.types import Message
 
-if TYPE_CHECKING:
-    from agentrt.app.agent import Agent
-
-# the routes whose answer call can honour tools / response_format / n (RouteOptions.shape)
+# the routes whose answer call can honour tools / response_format / n (AnswerOptions.shape)
 SHAPED_ROUTES = ("direct", "reason")
 
 
@@ -128,17 +127,18 @@ class ResponseFormat(_Model):
 
 class ChatRequest(_Model):
     """The accepted body: OpenAI's chat-completions fields plus agentrt's (``extra_body`` in the openai
-    client): ``budget``, ``route``, ``router``, ``samples``. Unknown fields are a 400."""
+    client): ``budget``, ``route``, ``router``, ``samples``, ``thinking_cap``. Unknown fields are a 400. The fields a run
+    shares with ``RunRequest`` are declared by it (``field_of``): one limit each, for every door."""
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    n: int = Field(default=1, ge=1, le=16)
+    temperature: float | None = field_of(RunRequest, "temperature")
+    top_p: float | None = field_of(AnswerOptions, "top_p")
+    max_tokens: int | None = field_of(AnswerOptions, "max_tokens")
+    max_completion_tokens: int | None = field_of(AnswerOptions, "max_tokens")
+    n: int = field_of(AnswerOptions, "n")
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
     response_format: ResponseFormat | None = None
@@ -155,18 +155,18 @@ class ChatRequest(_Model):
     store: bool | None = None
     service_tier: str | None = None
     # agentrt's own
-    budget: int | None = Field(default=None, ge=1)
-    route: str | None = None
-    router: str | None = None
-    samples: int = Field(default=1, ge=1, le=64)  # the reason route's parallel samples (majority vote)
+    budget: int | None = field_of(RunRequest, "budget")
+    route: RouteName | None = field_of(RunRequest, "route")
+    router: str | None = field_of(RunRequest, "router")
+    samples: int = field_of(AnswerOptions, "samples")  # the reason route's parallel samples (majority vote)
+    thinking_cap: int | None = field_of(AnswerOptions, "thinking_cap")  # the reason route's tokens of thought
 
 
 @dataclass
 class RunPlan:
-    """One request as an agent run: ``arun``'s arguments and what the response needs to know."""
+    """One request as an agent run: the run's request and what the response needs to know."""
 
-    question: str
-    options: dict[str, Any]
+    request: RunRequest
     tools: list[FunctionDef] = field(default_factory=list)  # the client's tools the model may call
     tool_forced: bool = False  # tool_choice "required" or named: the answer is a call
     n: int = 1
@@ -273,10 +273,8 @@ def response_schema(fmt: ResponseFormat | None) -> dict[str, Any] | None:
     return fmt.json_schema.schema_
 
 
-def plan_run(req: ChatRequest, agent: Agent, max_budget: int | None) -> RunPlan:
+def plan_run(req: ChatRequest, agent: Runner, max_budget: int | None) -> RunPlan:
     """``req`` as one agent run (see the module docstring), or ``RequestError``."""
-    if req.route is not None and req.route not in ROUTES:
-        raise RequestError(f"unknown route {req.route!r}; choose one of: {', '.join(ROUTES)}", "route")
     for name in ("frequency_penalty", "presence_penalty"):
         if getattr(req, name):
             raise RequestError(f"{name} is not supported by agentrt's backends; leave it out or send 0", name)
@@ -308,33 +306,24 @@ def plan_run(req: ChatRequest, agent: Agent, max_budget: int | None) -> RunPlan:
     if tools:
         system = "\n\n".join(s for s in (system, tools_prompt(tools, forced)) if s)
     budget = _budget(req, agent, max_budget, history, system, question)
-    if req.budget is not None:
-        history = _trim(agent, history, budget // 2)
-    answer = {"max_tokens": req.max_completion_tokens or req.max_tokens, "top_p": req.top_p, "n": req.n,
-              "json_schema": schema, "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or [])}
-    check_answer_options(**answer)  # a 400 now, not an error frame after a stream began
+    if req.budget is not None:  # the older turns that do not fit half of it are dropped, as in Agent.session
+        history = newest_that_fit([[m] for m in history], agent.policy.count_tokens, budget // 2)
     # OpenAI's seed is any 64-bit integer; the runs derive per-call seeds from it, kept in torch's range
     seed = None if req.seed is None else req.seed % 2**32
-    options: dict[str, Any] = {"budget": budget, "route": route, "samples": req.samples, "system": system or None,
-                               "history": history, "temperature": req.temperature, "seed": seed, **answer}
-    if req.router is not None:
-        options["router"] = req.router
-    return RunPlan(question, options, tools, forced, req.n, req.logprobs, req.top_logprobs or 0)
+    try:  # a 400 now, not an error frame after a stream began
+        run = validate(RunRequest, {
+            "question": question, "history": history, "system": system or None, "budget": budget, "route": route,
+            "router": req.router, "temperature": req.temperature, "seed": seed,
+            "answer": {"samples": req.samples, "thinking_cap": req.thinking_cap, "max_tokens": req.max_completion_tokens or req.max_tokens,
+                       "top_p": req.top_p, "n": req.n, "json_schema": schema, "stop": req.stop}})
+    except InputError as e:
+        where = getattr(e, "param", None) or ""
+        raise RequestError(str(e), "messages" if where.split(".")[0] in ("question", "history", "system")
+                           else where.removeprefix("answer.") or None) from None
+    return RunPlan(run, tools, forced, req.n, req.logprobs, req.top_logprobs or 0)
 
 
-def _trim(agent: Agent, history: list[Message], allowance: int) -> list[Message]:
-    """The newest messages of ``history`` that fit ``allowance`` tokens (``Agent.session``'s trim)."""
-    kept: list[Message] = []
-    used = 0
-    for m in reversed(history):
-        used += agent.policy.count_tokens([m])
-        if used > allowance:
-            break
-        kept.insert(0, m)
-    return kept
-
-
-def _budget(req: ChatRequest, agent: Agent, max_budget: int | None, history: list[Message], system: str,
+def _budget(req: ChatRequest, agent: Runner, max_budget: int | None, history: list[Message], system: str,
             question: str) -> int:
     """The run's budget: the request's (within ``max_budget``), else the default sized to the prompt."""
     if req.budget is not None:
@@ -342,9 +331,8 @@ def _budget(req: ChatRequest, agent: Agent, max_budget: int | None, history: lis
             raise RequestError(f"budget {req.budget} is over this server's cap of {max_budget} tokens per request; "
                                f"ask for at most {max_budget}", "budget")
         return req.budget
-    default = agent.settings.budget
     messages = ([Message("system", system)] if system else []) + history + [Message("user", question)]
-    budget = max(default, agent.policy.count_tokens(messages) + default // 2)
+    budget = default_budget(agent.settings.budget, agent.policy.count_tokens(messages))
     return budget if max_budget is None else min(budget, max_budget)
 
 

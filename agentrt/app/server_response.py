@@ -1,10 +1,12 @@
 """The server's response side: a finished run as OpenAI's chat-completion choices, usage and logprobs.
 
-The choices come from the run's record: its last answer call (``RouteOptions.shape`` gave it ``n``) holds
+The choices come from the run's record: its last answer call (``AnswerOptions.shape`` gave it ``n``) holds
 every choice's text, finish reason, token ids and log-probabilities. Choice 0's content is the run's
 answer as recorded (what the route made of the call's text); the others are their calls' text without a
 thought. When the request offered tools, a choice whose text is a call of one of them becomes OpenAI's
-``tool_calls`` (finish_reason ``"tool_calls"``; the server never executes them: the client does).
+``tool_calls`` (finish_reason ``"tool_calls"``; the server never executes them: the client does). A run
+without a real answer (status ``no_answer``, agentrt.core.answer) has empty content, finish_reason
+``"content_filter"`` (its text was withheld) and ``agentrt.status`` / ``agentrt.error`` saying why.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ def choices(result: Result, plan: RunPlan, tokenizer: Any = None) -> list[Choice
     for i in range(max(1, min(plan.n, len(texts)) if step and step.get("name") == "answer" else 1)):
         content = result.answer if i == 0 else split_thought(texts[i])[1]
         finish = "length" if (result.truncated and i == 0) else (finishes[i] if i < len(finishes) else "stop")
-        choice = ChoiceOut(i, content, "length" if finish == "length" else "stop")
+        if i == 0 and result.status == "no_answer":  # no real answer: the content is withheld (agentrt.core.answer)
+            finish = "content_filter"
+        choice = ChoiceOut(i, content, finish if finish in ("length", "content_filter") else "stop")
         if plan.tools:
             calls = tool_calls(texts[i] if i < len(texts) else content, plan)
             if calls:
@@ -119,6 +123,13 @@ def agentrt_extra(result: Result, streamed: str | None = None) -> dict[str, Any]
     """The ``agentrt`` object: the run's route, reason, status, trajectory id and budget."""
     extra = {"route": result.route, "reason": result.reason, "status": result.status,
              "trajectory_id": result.trajectory_id, "budget": result.budget, "truncated": result.truncated}
+    if not result.answer and result.status != "ok":  # why there is no answer (the partial text stays in the record)
+        extra["error"] = result.error
+    if result.decision:  # how sure the router was, and on what evidence (docs/routing.md)
+        d = result.decision
+        extra["decision"] = {"router": d.get("router"), "router_version": d.get("router_version"),
+                             "state": d.get("state"), "fallback": d.get("fallback"), "propensity": d.get("propensity"),
+                             "p_success": d.get("p_success"), "evidence": d.get("evidence"), "shadow": d.get("shadow")}
     if result.citations:
         extra["citations"] = list(result.citations)
     if streamed is not None:  # the streamed content is not the recorded answer: say what the answer is

@@ -72,7 +72,7 @@ async def sse(agent: Agent, slots: asyncio.Semaphore, plan: RunPlan, req: ChatRe
         # the deadline covers only the waits for the run's next event (never a yield: a timeout that
         # fired while the response is being sent would cancel the server's send, not the run)
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-        events = astream(agent, plan.question, **plan.options)
+        events = astream(agent, plan.request)
         timer = asyncio.timeout_at(deadline)  # replaced by a fresh one for each wait, below
         try:
             while True:

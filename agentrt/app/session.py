@@ -18,15 +18,13 @@ import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
-from agentrt.app.inputs import check_text
 from agentrt.core.errors import InputError, UserError
+from agentrt.core.events import Event
+from agentrt.core.protocols import Runner, RunResult
+from agentrt.core.request import RunHooks, RunRequest, newest_that_fit
 from agentrt.core.types import Message
-
-if TYPE_CHECKING:
-    from agentrt.app.agent import Agent, Result
-    from agentrt.app.events import Event
 
 
 @dataclass
@@ -47,7 +45,7 @@ class Session:
     >>> chat.ask("What is my name?").answer
     """
 
-    def __init__(self, agent: Agent, *, history_share: float = 0.5, budget: int | None = None,
+    def __init__(self, agent: Runner, *, history_share: float = 0.5, budget: int | None = None,
                  history: str = "trim") -> None:
         if not 0.0 <= history_share < 1.0:
             raise InputError(f"history_share must be in [0, 1), got {history_share!r}")
@@ -77,17 +75,8 @@ class Session:
     def history_for(self, budget: int | None = None) -> list[Message]:
         """The prior turns as messages, as many as fit in ``history_share`` of the budget (the newest kept)."""
         total = budget or self.budget or self.agent.settings.budget
-        allowance = int(total * self.history_share)
-        kept: list[Message] = []
-        used = 0
-        for t in reversed(self.turns):
-            pair = [Message("user", t.question), Message("assistant", t.answer)]
-            cost = self.agent.policy.count_tokens(pair)
-            if used + cost > allowance:
-                break
-            kept[:0] = pair
-            used += cost
-        return kept
+        pairs = [[Message("user", t.question), Message("assistant", t.answer)] for t in self.turns]
+        return newest_that_fit(pairs, self.agent.policy.count_tokens, int(total * self.history_share))
 
     async def _compress(self, total: int) -> tuple[list[Message], int, dict[str, Any] | None]:
         """The compressed history, the tokens its summary cost, and the compression's memory_op step."""
@@ -112,28 +101,23 @@ class Session:
         self._compressed = done.messages
         return done.messages, summary_budget.spent, done.step
 
-    async def _options(self, question: str, options: dict[str, Any]) -> dict[str, Any]:
-        check_text(question, "question")
-        budget = options.get("budget") or self.budget
+    async def _request(self, question: str, options: dict[str, Any]) -> tuple[RunRequest, RunHooks]:
+        """The turn's request (validated before any work), amended with the history it may see."""
+        req, hooks = self.agent.request(question, **{**options, "budget": options.get("budget") or self.budget})
+        total = req.budget or self.agent.settings.budget
         if self.policy == "trim":
-            options["history"] = self.history_for(budget)
-        else:
-            total = budget or self.agent.settings.budget
-            options["history"], spent, step = await self._compress(total)
-            budget = total - spent
-            if step is not None:
-                options["metadata"] = {**(options.get("metadata") or {}), "history_compression": step}
-        if budget is not None:
-            options["budget"] = budget
-        return options
+            return req.amend(history=self.history_for(total)), hooks
+        history, spent, step = await self._compress(total)
+        metadata = {**req.metadata, "history_compression": step} if step is not None else req.metadata
+        return req.amend(history=history, budget=total - spent, metadata=metadata), hooks
 
-    def _remember(self, question: str, result: Result) -> Result:
+    def _remember(self, question: str, result: RunResult) -> RunResult:
         self.turns.append(Turn(question, result.answer, result.route, result.trajectory_id))
         if self._compressed is not None:
             self._compressed += [Message("user", question), Message("assistant", result.answer)]
         return result
 
-    def ask(self, question: str, **options: Any) -> Result:
+    def ask(self, question: str, **options: Any) -> RunResult:
         """One turn, synchronously (takes ``Agent.run``'s options)."""
         try:
             asyncio.get_running_loop()
@@ -141,16 +125,16 @@ class Session:
             return asyncio.run(self.aask(question, **options))
         raise UserError("Session.ask() was called inside an event loop; use `await session.aask(...)` there")
 
-    async def aask(self, question: str, **options: Any) -> Result:
+    async def aask(self, question: str, **options: Any) -> RunResult:
         """One turn, async."""
-        options = await self._options(question, options)
-        return self._remember(question, await self.agent.arun(question, **options))
+        req, hooks = await self._request(question, options)
+        return self._remember(question, await self.agent.run_request(req, hooks))
 
     async def astream(self, question: str, **options: Any) -> AsyncIterator[Event]:
         """One turn as typed events (see ``Agent.astream``); the turn is remembered at its ``Answer``."""
         from agentrt.app.events import Answer, astream
 
-        async for event in astream(self.agent, question, **(await self._options(question, options))):
+        async for event in astream(self.agent, *(await self._request(question, options))):
             if isinstance(event, Answer):
                 self._remember(question, event.result)
             yield event

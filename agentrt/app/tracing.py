@@ -17,6 +17,7 @@ import time
 from collections import defaultdict, deque
 from typing import Any, Callable
 
+from agentrt.core.config import Settings
 from agentrt.core.errors import missing_extra
 from agentrt.core.events import Event, Plan, RouteDecided, RunFinished, RunStarted, StepFinished, StepStarted, ToolCall
 
@@ -142,7 +143,7 @@ class RunTracer:
         span.end(end_time=end)
 
 
-def traced(settings: Any, on_event: Callable[[Event], None] | None) -> Callable[[Event], None]:
+def traced(settings: Settings, on_event: Callable[[Event], None] | None) -> Callable[[Event], None]:
     """``on_event`` plus a RunTracer for this run (the exporter from ``settings.tracing``)."""
     tracer = RunTracer(provider(settings.tracing).get_tracer("agentrt"))
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agentrt.core.errors import ConfigError
+from agentrt.core.protocols import Closable
 
 if TYPE_CHECKING:
     from agentrt.core.config import Settings
@@ -28,6 +29,14 @@ BACKEND_KINDS: dict[str, str] = {
     "openai": "agentrt.backends.openai:from_spec",
     "scripted": "agentrt.backends.scripted:from_spec",
 }
+
+# The kinds whose backends can score text (``core.protocols.Scorer``), known before any is loaded.
+SCORING_KINDS = frozenset({"hf"})
+
+
+def can_score(spec: str) -> bool:
+    """Whether the backend ``spec`` names can score text (the self router, scored confidence)."""
+    return parse_spec(spec.strip())[0] in SCORING_KINDS
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -71,6 +80,5 @@ def close_backends() -> None:
         backends = list(_CACHE.values())
         _CACHE.clear()
     for backend in backends:
-        close = getattr(backend, "close", None)
-        if close is not None:
-            close()
+        if isinstance(backend, Closable):
+            backend.close()

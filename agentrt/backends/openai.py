@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.backends._checks import parse_options
 from agentrt.backends._loop import BackgroundLoop
 from agentrt.backends._openai_wire import (
@@ -424,7 +425,7 @@ def parse_spec(arg: str) -> tuple[list[str], str, dict[str, Any]]:
     return urls, model, options
 
 
-def from_spec(arg: str, settings: Any) -> OpenAIBackend:
+def from_spec(arg: str, settings: Settings) -> OpenAIBackend:
     """``openai:http://host:8000/v1,http://host2:8000/v1#model?timeout_s=30&stream=1``."""
     urls, model, options = parse_spec(arg)
     return OpenAIBackend(urls, model, **options)

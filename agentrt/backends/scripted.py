@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.core.types import Choice, Completion, GenParams, Message, Usage
 
 Reply = str | Callable[[list[Message], GenParams], str]
@@ -58,6 +58,6 @@ class ScriptedBackend:
         return Completion(choices, list(range(prompt)), usage, self.name)
 
 
-def from_spec(arg: str, settings: Any) -> ScriptedBackend:
+def from_spec(arg: str, settings: Settings) -> ScriptedBackend:
     """``scripted:REPLY`` always answers REPLY."""
     return ScriptedBackend([arg])

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.backends._loop import BackgroundLoop
 from agentrt.backends._checks import check_request, parse_options
 from agentrt.core.errors import BackendError, ConfigError, missing_extra
@@ -220,11 +221,11 @@ def _on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
-def from_spec(arg: str, settings: Any) -> VLLMBackend:
+def from_spec(arg: str, settings: Settings) -> VLLMBackend:
     """``vllm:embedded``, ``vllm:/path/to/hf-folder``; options after ``?``: ``vllm:DIR?tensor_parallel_size=2``."""
     import sys
 
-    from agentrt.backends._embedded import EMBEDDED_NAME, embedded_model_path
+    from agentrt.backends.embedded import EMBEDDED_NAME, embedded_model_path
 
     target, _, query = arg.partition("?")
     options = parse_options(query, ENGINE_OPTIONS, "vLLM")

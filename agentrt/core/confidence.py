@@ -13,9 +13,10 @@ answer and returns the number. RLCR (calibration reward) scores it with the Brie
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar, get_args
 
 OPEN_TAG, CLOSE_TAG = "<confidence>", "</confidence>"
 
@@ -36,6 +37,10 @@ _OPEN_ONLY = re.compile(r"<\s*confidence\s*>(?P<body>[^<]*)$", re.I)
 _NUMBER = re.compile(r"^(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<pct>%?)$")
 
 Status = Literal["ok", "missing", "malformed"]
+M = TypeVar("M")  # a chat message: core.types.Message or an OpenAI-style dict
+# How a run asks for a stated confidence (Settings.confidence, RunRequest.answer.confidence, --confidence).
+ConfidenceMode = Literal["off", "tail", "grammar", "scored"]
+CONFIDENCE_MODES: tuple[str, ...] = get_args(ConfidenceMode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,22 @@ def ask_for_confidence(content: str) -> str:
     """A user message's text with ``"\n\n" + CONFIDENCE_INSTRUCTION`` appended (once): the one way routes
     and the trainer ask a policy to write the tail itself."""
     return content if CONFIDENCE_INSTRUCTION in content else f"{content}\n\n{CONFIDENCE_INSTRUCTION}"
+
+
+def with_instruction(messages: list[M]) -> list[M]:
+    """``messages`` with ``ask_for_confidence`` applied to the last user message: the one helper for the
+    routes (``Message`` objects) and the trainer (OpenAI-style dicts); the input is left as it was."""
+    out = list(messages)
+    for i in range(len(out) - 1, -1, -1):
+        m: Any = out[i]
+        if isinstance(m, dict):
+            if m.get("role") == "user":
+                out[i] = {**m, "content": ask_for_confidence(str(m["content"]))}  # type: ignore[assignment]
+                break
+        elif m.role == "user":
+            out[i] = dataclasses.replace(m, content=ask_for_confidence(m.content))
+            break
+    return out
 
 
 def brier(confidence: float, correct: float) -> float:

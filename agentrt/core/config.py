@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from agentrt.core.confidence import ConfidenceMode
 from agentrt.core.errors import ConfigError
 
 DEFAULT_BUDGET = 1024
@@ -157,6 +158,13 @@ class Settings(BaseModel):
     router_floors: dict[str, float] = {}
     router_temperature: float = Field(default=0.0, ge=0.0)
     router_epsilon: float = Field(default=0.0, ge=0.0, le=1.0)
+    # A learned router's estimate counts as calibrated when at least this many training runs (an effective
+    # sample size, agentrt.routing.evidence) resemble the question; below it the rules router decides.
+    router_min_evidence: float = Field(default=3.0, ge=0.0)
+    # Exploration in production: `agentrt serve` decides epsilon-greedy with this share unless router_epsilon is
+    # set (a `run` explores only when router_epsilon says so). Among the actions the router may choose (their
+    # floors and the budget respected), the propensity logged, so served traffic is learnable off-policy.
+    serve_explore: float = Field(default=0.05, ge=0.0, le=0.5)
     cascade_threshold: float = -0.8  # mean answer-token logprob below this -> escalate
     # What the cascade reads as the answer's confidence: logprob (mean answer-token logprob, vs
     # cascade_threshold), stated (the policy's stated confidence, vs cascade_stated_threshold; needs
@@ -167,7 +175,7 @@ class Settings(BaseModel):
     # <confidence>q</confidence>, what an RLCR-trained policy does); grammar (after the answer, a short
     # second call constrained to CONFIDENCE_CHOICES; works with any policy, costs ~the prompt again);
     # scored (the expectation over those choices, one scoring pass; hf; docs/routing.md).
-    confidence: Literal["off", "tail", "grammar", "scored"] = "off"
+    confidence: ConfidenceMode = "off"
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)  # > 0: runs sample instead of decoding greedily
     # Episodic memory: remember every finished run in the "episodes" collection of the memory store;
     # the router reads how similar past questions went (features past_runs / past_success).

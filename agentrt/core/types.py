@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
-ROUTES: tuple[str, ...] = ("direct", "reason", "plan", "ask", "abstain")
+ROUTES: tuple[str, ...] = ("direct", "reason", "plan", "read", "ask", "abstain")
+# The routes that search the private index: offered only when there is one to search.
+INDEX_ROUTES: tuple[str, ...] = ("plan", "read")
 
 
 @dataclass(slots=True)

@@ -61,4 +61,4 @@ def get_route(name: str) -> RouteFn:
     return run
 
 
-__all__ = ["ROUTES", "RouteFn", "RouteOutput", "RunContext", "check_route", "get_route"]
+__all__ = ["CONFIDENT_ROUTES", "ROUTES", "RouteFn", "RouteOutput", "RunContext", "check_route", "get_route"]

@@ -1,6 +1,6 @@
 """Stated confidence in the routes: ask the policy for it, read it back, or ask for it afterwards.
 
-The mode is ``RouteOptions.confidence`` (``Settings.confidence``, ``AGENTRT_CONFIDENCE``,
+The mode is ``AnswerOptions.confidence`` (``Settings.confidence``, ``AGENTRT_CONFIDENCE``,
 ``Agent.arun(confidence=...)``, ``agentrt run --confidence``):
 
 * ``tail``: the routes that write free text (direct, reason and its samples) append
@@ -28,15 +28,16 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from agentrt.core.confidence import (CLOSE_TAG, CONFIDENCE_CHOICES, OPEN_TAG, ask_for_confidence,
+from agentrt.core.confidence import (CLOSE_TAG, CONFIDENCE_CHOICES, CONFIDENCE_MODES, OPEN_TAG, with_instruction,
                                      split_confidence)
-from agentrt.core.errors import BudgetExceeded, InputError
+from agentrt.core.errors import BudgetExceeded
+from agentrt.core.protocols import Scorer
 from agentrt.core.types import GenParams, Message
 from agentrt.routes.context import RouteOutput, RunContext
 
-MODES = ("off", "tail", "grammar", "scored")
+MODES = CONFIDENCE_MODES  # the one list of modes lives in agentrt.core.confidence
 # Routes whose answer a confidence is asked for (ask and abstain answer nothing to be sure of).
-CONFIDENT_ROUTES = frozenset({"direct", "reason", "plan"})
+CONFIDENT_ROUTES = frozenset({"direct", "reason", "plan", "read"})
 # Room after the answer for "\n<confidence>0.85</confidence>" in tail mode (~12 tokens with SmolLM2's tokenizer).
 TAIL_TOKENS = 16
 # The grammar call's completion: the longest choice ("0.05": 4 digit tokens) and the end token, with slack.
@@ -45,26 +46,9 @@ GRAMMAR_TOKENS = 6
 SYSTEM = "You are a helpful assistant. Answer the question concisely."
 
 
-def check_mode(mode: object) -> str:
-    """``mode`` if it is one of ``MODES``, else an InputError listing them."""
-    if mode not in MODES:
-        raise InputError(f"confidence must be one of {', '.join(MODES)}, got {mode!r}")
-    return str(mode)
-
-
 def wants_tail(ctx: RunContext) -> bool:
     """Whether the route should ask the model to write the confidence tag after its answer itself."""
     return ctx.options.confidence == "tail"
-
-
-def with_instruction(messages: list[Message]) -> list[Message]:
-    """``messages`` with ``"\\n\\n" + CONFIDENCE_INSTRUCTION`` appended to the last user message."""
-    out = list(messages)
-    for i in range(len(out) - 1, -1, -1):
-        if out[i].role == "user":
-            out[i] = Message("user", ask_for_confidence(out[i].content))
-            break
-    return out
 
 
 def tail_params(params: GenParams) -> GenParams:
@@ -86,7 +70,7 @@ async def ask_confidence(ctx: RunContext, output: RouteOutput) -> RouteOutput:
     messages = with_instruction(ctx.conversation(SYSTEM))
     messages.append(Message("assistant", f"{output.answer}\n{OPEN_TAG}"))
     try:
-        if ctx.options.confidence == "scored" and hasattr(ctx.policy, "score"):
+        if ctx.options.confidence == "scored" and isinstance(ctx.policy, Scorer):
             output.confidence, output.confidence_status = await _scored(ctx, messages), "ok"
             return output
         params = GenParams(max_tokens=GRAMMAR_TOKENS, choices=list(CONFIDENCE_CHOICES))
@@ -108,5 +92,5 @@ async def _scored(ctx: RunContext, messages: list[Message]) -> float:
     return round(min(1.0, max(0.0, value)), 4)
 
 
-__all__ = ["CONFIDENT_ROUTES", "GRAMMAR_TOKENS", "MODES", "TAIL_TOKENS", "ask_confidence", "check_mode",
+__all__ = ["CONFIDENT_ROUTES", "GRAMMAR_TOKENS", "MODES", "TAIL_TOKENS", "ask_confidence",
            "read_tail", "tail_params", "wants_tail", "with_instruction"]

@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from agentrt.routes.thinking import THINK_CLOSE, THINK_OPEN
 
 if TYPE_CHECKING:
     from agentrt.core.types import Completion
-    from agentrt.routes.context import RunContext
+
+
+class Say(Protocol):
+    """Where the pieces go: ``RunContext.say`` (taken as a callable so this module need not know the context)."""
+
+    def __call__(self, step: str, text: str, *, thought: bool = False) -> None: ...
 
 
 class CallDeltas:
     """The ``on_token`` of one model call named ``step``; ``thought``: the call is reasoning, not the answer."""
 
-    __slots__ = ("ctx", "step", "thought", "loop", "thread", "inside", "pending", "seen", "hide", "held", "hidden")
+    __slots__ = ("say", "step", "thought", "loop", "thread", "inside", "pending", "seen", "hide", "held", "hidden")
 
-    def __init__(self, ctx: RunContext, step: str, thought: bool, hide: str | None = None) -> None:
-        self.ctx, self.step, self.thought = ctx, step, thought
+    def __init__(self, say: Say, step: str, thought: bool, hide: str | None = None) -> None:
+        self.say, self.step, self.thought = say, step, thought
         self.loop = asyncio.get_running_loop()
         self.thread = threading.get_ident()
         self.inside = False  # inside <think> ... </think>
@@ -69,9 +74,9 @@ class CallDeltas:
             if at < 0:
                 keep = _partial(text, tag)
                 text, self.pending = text[:len(text) - keep], text[len(text) - keep:]
-                self.ctx.say(self.step, text, thought=self.thought or self.inside)
+                self.say(self.step, text, thought=self.thought or self.inside)
                 return
-            self.ctx.say(self.step, text[:at], thought=self.thought or self.inside)
+            self.say(self.step, text[:at], thought=self.thought or self.inside)
             text, self.inside = text[at + len(tag):], not self.inside
 
     def close(self, completion: Completion) -> None:
@@ -82,7 +87,7 @@ class CallDeltas:
             held, self.held = self.held, ""
             self._emit(held.rstrip())
         pending, self.pending = self.pending, ""
-        self.ctx.say(self.step, pending, thought=self.thought or self.inside)
+        self.say(self.step, pending, thought=self.thought or self.inside)
 
 
 def _partial(text: str, tag: str) -> int:

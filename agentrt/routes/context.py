@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agentrt.core.budget import Budget, chat_within
+from agentrt.core.config import Settings
 from agentrt.core.confidence import OPEN_TAG
 from agentrt.core.events import BudgetUpdate, Event, StepStarted, TokenDelta, step_events
 from agentrt.core.errors import BackendError, BudgetExceeded
-from agentrt.core.protocols import ModelBackend
+from agentrt.core.protocols import ModelBackend, Scorer
+from agentrt.core.request import ANSWER_STEPS, AnswerOptions, RunRequest
 from pydantic import BaseModel
 
 from agentrt.trajectory import ModelCallStep, ScoreStep, parse_step
@@ -38,46 +40,7 @@ class RouteOutput:
     # status ok | missing | malformed | over_budget (the confidence call did not fit); None: not asked.
     confidence: float | None = None
     confidence_status: str | None = None
-
-
-# The model calls whose text is the answer the user sees (direct and reason: "answer"; reason's
-# parallel samples: "sample"; ask: its question); RouteOptions.shape applies the caller's answer knobs to these only.
-ANSWER_STEPS = frozenset({"answer", "sample", "ask"})
-
-
-@dataclass(slots=True)
-class RouteOptions:
-    """Per-run knobs of the routes (the SDK's ``arun`` arguments of the same names)."""
-
-    thinking_cap: int | None = None  # reason: tokens of thought (None: settings.thinking_cap)
-    samples: int = 1  # reason: parallel samples, one selected by the verifier or a majority vote
-    verifier: Callable[[str], Any] | None = None  # answer -> bool or score, for sample selection
-    # The caller's wishes for the answer the user sees (the server's OpenAI fields), applied by
-    # ``shape`` to the calls in ANSWER_STEPS only: thoughts, plans and searches keep their own params
-    # (the run's budget bounds those).
-    answer_max_tokens: int | None = None  # each answer call's completion-token limit (replaces the route's)
-    stop: list[str] = field(default_factory=list)  # more stop strings for the answer
-    top_p: float | None = None
-    n: int = 1  # choices of the answer call
-    json_schema: dict[str, Any] | None = None  # constrain the answer to this JSON schema
-    confidence: str = "off"  # stated confidence: off | tail | grammar | scored (agentrt.routes._confidence)
-
-    def shape(self, name: str, params: GenParams) -> GenParams:
-        """``params`` of the call ``name`` with the answer knobs applied when it makes the answer."""
-        if name not in ANSWER_STEPS:
-            return params
-        changes: dict[str, Any] = {}
-        if self.answer_max_tokens is not None:  # the caller's limit replaces the route's (the budget still clips)
-            changes["max_tokens"] = self.answer_max_tokens
-        if self.stop:
-            changes["stop"] = list(dict.fromkeys([*params.stop, *self.stop]))
-        if self.top_p is not None:
-            changes["top_p"] = self.top_p
-        if self.n > 1 and name == "answer":
-            changes["n"] = self.n
-        if self.json_schema is not None and name == "answer":
-            changes["json_schema"] = self.json_schema
-        return dataclasses.replace(params, **changes) if changes else params
+    partial: str | None = None  # set by the answer contract (agentrt.core.answer) when ``answer`` was not one
 
 
 @dataclass
@@ -88,11 +51,12 @@ class RunContext:
     question: str
     budget: Budget
     policy: ModelBackend
-    settings: Any
+    settings: Settings
     # The conversation before the question (user/assistant turns) and the caller's system prompt.
     history: list[Message] = field(default_factory=list)
     system: str | None = None
-    options: RouteOptions = field(default_factory=RouteOptions)
+    # The route knobs and the caller's answer options (agentrt.core.request); the confidence mode resolved.
+    options: AnswerOptions = field(default_factory=lambda: AnswerOptions(confidence="off"))
     steps: list[dict[str, Any]] = field(default_factory=list)
     best_answer: str = ""
     started: float = field(default_factory=time.perf_counter)
@@ -113,6 +77,10 @@ class RunContext:
     seed: int | None = None
     # The planner model (Settings.planner); None: the policy plans too.
     planner: ModelBackend | None = None
+    # answer -> bool or score: chooses among reason's parallel samples (RunHooks.verifier).
+    verifier: Callable[[str], Any] | None = None
+    # The request this run answers (None for a context built by hand, e.g. a bench of one route).
+    request: RunRequest | None = None
     # The route running now (set by agentrt.routes.get_route); token deltas carry it.
     route: str = ""
     _calls: int = 0
@@ -170,7 +138,7 @@ class RunContext:
         """
         backend = backend or self.policy
         hide = OPEN_TAG if not thought and self.options.confidence == "tail" else None
-        deltas = CallDeltas(self, name, thought, hide) if self.on_event is not None and stream else None
+        deltas = CallDeltas(self.say, name, thought, hide) if self.on_event is not None and stream else None
         if deltas is not None:  # no observer: the backend is not asked to stream (nothing is decoded early)
             params = dataclasses.replace(params, on_token=deltas.on_token)
         params = self.options.shape(name, params)
@@ -223,7 +191,7 @@ class RunContext:
         short one); ``tight=True`` counts its text alone, plus two tokens of slack for where it joins.
         """
         backend = backend or self.policy
-        if not hasattr(backend, "score"):
+        if not isinstance(backend, Scorer):
             raise BackendError(f"{backend.name} cannot score text; use a backend that can (hf:...)")
         empty = backend.count_tokens([Message("assistant", "")]) if tight else 0
         estimate = backend.count_tokens(messages) + sum(backend.count_tokens([Message("assistant", c)]) - empty
@@ -245,4 +213,4 @@ class RunContext:
         return scores
 
 
-__all__ = ["ANSWER_STEPS", "RouteOptions", "RouteOutput", "RunContext", "BudgetExceeded"]
+__all__ = ["ANSWER_STEPS", "AnswerOptions", "RouteOutput", "RunContext", "BudgetExceeded"]

@@ -11,13 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError
 from agentrt.routing.features import index_signals
 
 _CORPORA: dict[tuple[str, str], Any] = {}
 
 
-def open_corpus_for(settings: Any) -> Any:
+def open_corpus_for(settings: Settings) -> Any:
     """The corpus ``settings.corpus`` (opened on first use; a missing collection is a ConfigError)."""
     from memory.corpus import resolve_location
 
@@ -27,7 +28,7 @@ def open_corpus_for(settings: Any) -> Any:
     return _CORPORA[key]
 
 
-def local_corpus(settings: Any) -> Any:
+def local_corpus(settings: Settings) -> Any:
     """The corpus ``settings.corpus`` when a local index of it exists (kept open per location and name), else
     None; nothing is opened or created when there is none."""
     from memory.corpus import bm25_dir, resolve_location
@@ -48,7 +49,7 @@ def local_corpus(settings: Any) -> Any:
     return _CORPORA[key]
 
 
-def can_search(settings: Any) -> bool:
+def can_search(settings: Settings) -> bool:
     """Whether the corpus ``settings.corpus`` can be searched: a server's collections are not checked here
     (its search reports a missing one), a local one must have been indexed."""
     from memory.corpus import resolve_location
@@ -57,7 +58,7 @@ def can_search(settings: Any) -> bool:
     return location.startswith(("http://", "https://")) or local_corpus(settings) is not None
 
 
-def corpus_signals(settings: Any) -> Callable[[str], dict[str, float]] | None:
+def corpus_signals(settings: Settings) -> Callable[[str], dict[str, float]] | None:
     """The router's index features over the corpus ``settings.corpus`` (``agentrt.routing.features.index_signals``):
     its top 10 BM25 passages (word coverage, entities found, the best score) and the best vector hit's cosine
     similarity. None when no local index exists (nothing is opened then). About 15 ms a question: one BM25

@@ -34,7 +34,7 @@ async def run(ctx: RunContext, question: str) -> RouteOutput:
     if ctx.options.samples > 1:
         from agentrt.routes.sampling import reason_samples
 
-        return await reason_samples(ctx, ctx.options.samples, thinking_cap=cap, verifier=ctx.options.verifier)
+        return await reason_samples(ctx, ctx.options.samples, thinking_cap=cap, verifier=ctx.verifier)
     native = native_thinking(ctx.settings, ctx.policy)
     if native:
         messages = ctx.conversation(None)

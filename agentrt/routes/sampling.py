@@ -1,6 +1,11 @@
 """Parallel samples with selection for the ``reason`` route: N samples in one batched call
-(``GenParams(n=N, temperature>0)``), then a majority vote over the parsed answers, or the best score of
+(``GenParams(n=N, temperature>0)``), then a majority vote over the samples' answer spans, or the best score of
 a verifier callable when the task has one (ties broken by votes, then by order).
+
+Each sample's answer is found by ``agentrt.core.answer.answer_span``, the extractor the verifiers grade
+with ("Final answer: 42" -> "42", also when the thought was never closed); the vote runs over their
+normalized forms, and the record's sample_selection step keeps every span and the one that won. When no
+sample states a real answer the route returns none (the run ends ``no_answer``: the vote found no answer).
 """
 
 from __future__ import annotations
@@ -10,10 +15,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from agentrt.core.answer import answer_span, check_answer
 from agentrt.routes._confidence import read_tail, tail_params, wants_tail, with_instruction
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.trajectory import SampleSelectionStep
-from agentrt.routes.thinking import ANSWER_CUE, REASON_SYSTEM, THINK_OPEN, split_thought
+from agentrt.routes.thinking import REASON_SYSTEM, THINK_OPEN, split_thought
 from agentrt.core.types import GenParams, Message
 
 Verifier = Callable[[str], Any]  # answer -> bool or a score (higher is better)
@@ -53,15 +59,32 @@ async def reason_samples(ctx: RunContext, samples: int, *, thinking_cap: int,
     per_sample = thinking_cap + ctx.settings.answer_max_tokens
     params = GenParams(max_tokens=per_sample, n=samples, temperature=temperature)
     completion = await ctx.call_model("sample", messages, tail_params(params) if tail else params)
-    parsed = [split_thought(prefill + c.text) for c in completion.choices]
-    outputs = []
-    for thought, answer in parsed:
-        if not answer and thought and ANSWER_CUE not in (thought or ""):
-            answer = thought.strip().splitlines()[-1]  # no cue: the last line is the best guess
-        outputs.append(read_tail(answer, thought) if tail else RouteOutput(answer.strip(), thought))
-    answers = [o.answer for o in outputs]
-    best, info = select(answers, verifier)
-    ctx.record(SampleSelectionStep(method="verifier" if verifier else "majority", answers=answers, chosen=best,
-                                   **info))
-    ctx.best_answer = answers[best] if answers else ""
-    return outputs[best] if outputs else RouteOutput("")
+    outputs, spans = [], []
+    for c in completion.choices:
+        output = read_tail(c.text, None) if tail else RouteOutput(c.text)  # the confidence tail comes off first
+        thought, answer = split_thought(prefill + output.answer)
+        span = sample_span(output.answer, answer, thought)
+        spans.append(span)
+        outputs.append(RouteOutput(span, thought, confidence=output.confidence,
+                                   confidence_status=output.confidence_status))
+    best, info = select(spans, verifier)
+    found = bool(spans) and check_answer(spans[best], ctx.question).ok
+    ctx.record(SampleSelectionStep(method="verifier" if verifier else "majority", answers=spans, chosen=best,
+                                   won=spans[best] if found else None, **info))
+    if not found:  # no sample stated an answer: say so (the contract ends the run no_answer), never a thought line
+        ctx.best_answer = ""
+        return RouteOutput("", outputs[best].thought if outputs else None)
+    ctx.best_answer = spans[best]
+    return outputs[best]
+
+
+def sample_span(text: str, answer: str, thought: str | None) -> str:
+    """A sample's answer: the span after its answer marker (anywhere in the sample: an unclosed thought
+    still states "Final answer: 42"), else what followed its thought, else its thought's last line."""
+    body = text.replace(THINK_OPEN, "").replace("</think>", "\n")
+    span, marked = answer_span(body)
+    if marked and span.strip():
+        return span.strip()
+    if answer.strip():
+        return answer.strip()
+    return (thought or "").strip().splitlines()[-1].strip() if (thought or "").strip() else ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from agentrt.core.config import Settings
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_CUE = "Final answer:"
@@ -32,7 +33,7 @@ def split_thought(text: str) -> tuple[str | None, str]:
     return thought, rest.strip()
 
 
-def native_thinking(settings: Any, policy: Any) -> bool:
+def native_thinking(settings: Settings, policy: Any) -> bool:
     """Whether the policy thinks natively (``enable_thinking`` in its chat template)."""
     style = settings.thinking_style
     if style != "auto":
@@ -40,6 +41,6 @@ def native_thinking(settings: Any, policy: Any) -> bool:
     return bool(getattr(policy, "supports_thinking", False))
 
 
-def no_thinking(settings: Any, policy: Any) -> dict[str, Any]:
+def no_thinking(settings: Settings, policy: Any) -> dict[str, Any]:
     """Chat-template kwargs that turn native thinking off (nothing for a prompted thinker)."""
     return {"enable_thinking": False} if native_thinking(settings, policy) else {}

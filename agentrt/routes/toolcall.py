@@ -18,6 +18,12 @@ is a well-formed call. The last step (and the step after a repeated call) admits
 the model's final answer does not contain the last successful tool result, the loop appends it
 (``answer (tool result: X)``) — tiny models often fail to copy a number they were just shown; the
 step record keeps the model's own text under ``model_answer``.
+
+Failing well (issue 37): a ``final_answer`` cut at its token cap (invalid JSON) is repaired from the text it
+got to (``repair_final``; recorded as a final_answer step with ``composed_from="repaired"``), never shown raw;
+after a tool error the model gets one more try, and after a second it must answer without the tool; a loop
+that ends without a final answer keeps the last tool output only when it is a real answer
+(``agentrt.core.answer``): raw search results never become the answer.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentrt.core.config import Settings
+from agentrt.core.answer import check_answer
 from agentrt.core.budget import Budget
 from agentrt.core.errors import BudgetExceeded, InputError
 from agentrt.core.text import legacy_rendering, quote_untrusted
@@ -97,9 +105,11 @@ async def run_tool_loop(
     result = ToolLoopResult("", "max_steps", 0, messages=history)
     last_output, force_final = "", False
     seen: dict[str, ToolResult] = {}  # call -> outcome: a repeated call is answered from here
+    limit, step = max_steps, -1
     try:
-        for step in range(max_steps):
-            last = step == max_steps - 1
+        while step + 1 < limit:
+            step += 1
+            last = step == limit - 1
             schema = final_only if (force_final or last) else full_schema
             params = GenParams(max_tokens=max_tokens, json_schema=schema)
             # A call cut after a few tokens is useless JSON: stop on the budget instead.
@@ -111,6 +121,12 @@ async def run_tool_loop(
             calls = parse_tool_calls(text)
             if not calls:  # unconstrained model answered in prose
                 result.answer, result.stopped = text, "answer"
+                break
+            repaired = repair_final(text) if calls[0].error is not None else None
+            if repaired is not None:  # a final_answer cut at its cap: keep what it said, never the JSON
+                result.answer, result.stopped = repaired, "answer"
+                ctx.record(FinalAnswerStep(model_answer=text[:MAX_TOOL_RESULT_CHARS], answer=repaired,
+                                           composed_from="repaired"))
                 break
             observations = []
             for call in calls:
@@ -132,6 +148,10 @@ async def run_tool_loop(
                     last_output = outcome.output
                 else:
                     result.errors += 1
+                    # a tool error earns one more step to retry (the loop's bound grows by one, once);
+                    # after a second error the model must answer without the tool
+                    limit = max_steps + 1 if result.errors == 1 and not last else limit
+                    force_final = force_final or result.errors >= 2
                 tool = by_name.get(call.name)
                 if outcome.ok and tool is not None and tool.ends_turn:
                     result.answer, result.stopped = outcome.output, "ask_user"
@@ -142,14 +162,16 @@ async def run_tool_loop(
             history.append(Message("user", "\n".join(observations)))
     except BudgetExceeded:
         if own_budget is None:
+            if not result.answer and check_answer(last_output).ok:
+                ctx.best_answer = last_output  # the run's truncated result: a value, never raw documents
             raise
         result.stopped = "budget"
-        result.answer = result.answer or last_output
+        result.answer = result.answer or _usable(last_output)
     finally:
         if own_budget is not None and isinstance(budget, int):
             own_budget.close()
     if result.stopped == "max_steps" and not result.answer:
-        result.answer = last_output
+        result.answer = _usable(last_output)
     if result.answer:
         ctx.best_answer = result.answer
     return result
@@ -191,9 +213,34 @@ def _observation(name: str, outcome: ToolResult) -> str:
     return quote_untrusted(outcome.observation(), tag="tool_response", defuse=(), name=name)
 
 
+def _usable(tool_output: str) -> str:
+    """A tool's output as the answer of a loop that gave none: only a value (a calculator's number), never
+    search results or an error text."""
+    text = tool_output.strip()
+    return text if check_answer(text).ok and "\n" not in text and len(text) <= 80 and re.search(r"\d", text) else ""
+
+
+def repair_final(text: str) -> str | None:
+    """The answer of a ``final_answer`` call cut before its JSON closed, trimmed to its last whole sentence;
+    None when ``text`` is no cut final_answer or says nothing that is an answer."""
+    m = re.search(r'"name"\s*:\s*"final_answer".*?"answer"\s*:\s*"((?:[^"\\]|\\.)*)', text, re.S)
+    if not m:
+        return None
+    try:
+        body = json.loads(f'"{m[1].rstrip(chr(92))}"')
+    except json.JSONDecodeError:
+        body = m[1].replace('\\"', '"').replace("\\n", "\n")
+    body = " ".join(body.split())
+    cut = max(body.rfind(". "), body.rfind("! "), body.rfind("? "))
+    if body[-1:] not in ".!?" and cut > 0:
+        body = body[:cut + 1]
+    return body if check_answer(body).ok else None
+
+
 def _compose(answer: str, tool_output: str, mode: str) -> str:
     result = tool_output.strip()
-    if mode != "tool_result" or not result or "\n" in result or len(result) > 80 or result in answer:
+    # only a value (a number the model failed to copy) is appended: never documents, "no results" or prose
+    if mode != "tool_result" or not _usable(result) or result in answer:
         return answer
     return f"{answer} (tool result: {result})" if answer else result
 
@@ -211,22 +258,27 @@ def _context(ctx_or_backend: RunContext | ModelBackend, budget: Budget | int | N
     return RunContext(new_run_id(), "", own, ctx_or_backend, None), own
 
 
-def tools_for_route(route: str, tools: list[Tool], settings: Any) -> list[Tool]:
+def tools_for_route(route: str, tools: list[Tool], settings: Settings) -> list[Tool]:
     """The tools ``route`` may use under ``settings`` (python only when ``settings.allow_python``)."""
     from tools.policy import allowed_tools
 
     return allowed_tools(route, tools, allow_python=bool(getattr(settings, "allow_python", False)))
 
 
-def safe_tools(settings: Any, question: str = "") -> list[Tool]:
+def safe_tools(settings: Settings, question: str = "") -> list[Tool]:
     """The tools a run gets by default (``settings.tools == "safe"``): the calculator for a question that
     holds a number, and a search of the private index (``settings.corpus``) when one exists here; none when
-    ``settings.tools == "off"``. Nothing here runs code or writes anything.
+    ``settings.tools == "off"`` or for small talk (a greeting, thanks: ``routing.features.is_chitchat``).
+    Nothing here runs code or writes anything.
 
     Why the number: offered the calculator on "How long does it take?", the 135M model calls it with the
     tool description's own example and answers 7006652 (measured); a question with no number in it has
     nothing to calculate."""
     if getattr(settings, "tools", "safe") == "off":
+        return []
+    from agentrt.routing.features import is_chitchat
+
+    if is_chitchat(question):  # "Hi, my name is Kai." searched the index for "search" and leaked it (issue 37)
         return []
     from agentrt.routes.index import local_corpus
     from tools.calculator import calculator
@@ -241,7 +293,7 @@ def safe_tools(settings: Any, question: str = "") -> list[Tool]:
     return tools
 
 
-def tools_for_mode(mode: str, settings: Any) -> list[Tool] | None:
+def tools_for_mode(mode: str, settings: Settings) -> list[Tool] | None:
     """The tools a ``--tools`` / ``--no-tools`` choice names: "builtin" (``builtin_tools``), "off" (none), "safe"
     (None: the run's own defaults, ``safe_tools``)."""
     if mode == "builtin":
@@ -249,7 +301,7 @@ def tools_for_mode(mode: str, settings: Any) -> list[Tool] | None:
     return [] if mode == "off" else None
 
 
-def builtin_tools(settings: Any) -> list[Tool]:
+def builtin_tools(settings: Settings) -> list[Tool]:
     """The tools that need no corpus or store: calculator, ask_user (ends the turn), and python when
     ``settings.allow_python`` (search/fetch/memory need a searcher or store: build them with
     ``tools.search.make_search_tool`` etc.)."""

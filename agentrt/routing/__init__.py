@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError
+from agentrt.core.protocols import Scorer
 from agentrt.routing.decision import ACTIONS, RouteDecision, UtilityConfig, choose
 from agentrt.routing.features import extract
 
@@ -28,7 +30,7 @@ class CascadeRouter:
     name = "cascade"
     ladder = ("direct", "reason", "plan")
 
-    def __init__(self, settings: Any, cfg: UtilityConfig | None = None) -> None:
+    def __init__(self, settings: Settings, cfg: UtilityConfig | None = None) -> None:
         from agentrt.routing.rules import RulesRouter
 
         self.rules = RulesRouter(settings, cfg)
@@ -41,7 +43,7 @@ class CascadeRouter:
             # start from the cheapest rung unless the rules see a reason to skip it
             start = 0 if d.action == "reason" and not (features["arithmetic"] or features["code"]) else start
             d.action = self.ladder[start]
-            d.escalation = list(self.ladder[start + 1:])
+            d.escalation = [a for a in self.ladder[start + 1:] if a not in d.excluded]  # guarded: never escalate into it
             d.probabilities = {a: float(a == d.action) for a in d.probabilities}
             d.propensity = 1.0
             d.reason = f"cascade: start with {d.action}, escalate to {' -> '.join(d.escalation) or 'nothing'} if unsure"
@@ -52,7 +54,7 @@ async def _no_scorer(*_: Any) -> list[float]:
     raise ConfigError("the self router scores through a run: use it from Agent.run (router='self')")
 
 
-def make_router(spec: str, settings: Any, *, policy: Any = None, scorer: Any = None,
+def make_router(spec: str, settings: Settings, *, policy: Any = None, scorer: Any = None,
                 cfg: UtilityConfig | None = None, actions: tuple[str, ...] | None = None) -> Any:
     """Build the router a spec names; unknown specs raise ConfigError listing the valid ones.
 
@@ -79,7 +81,7 @@ def make_router(spec: str, settings: Any, *, policy: Any = None, scorer: Any = N
     if kind == "self" and not arg:
         from agentrt.routing.selfscore import SelfRouter
 
-        if policy is not None and not hasattr(policy, "score"):
+        if policy is not None and not isinstance(policy, Scorer):
             raise ConfigError(f"the self router needs a backend that can score text (hf:...); {policy.name} cannot")
         return SelfRouter(scorer or _no_scorer, settings, cfg)
     if kind == "auto" and not arg:
@@ -88,9 +90,9 @@ def make_router(spec: str, settings: Any, *, policy: Any = None, scorer: Any = N
 
         fingerprint = _fingerprint(policy, settings)
         entry = registry.resolve_default(_home(settings), fingerprint)
-        if entry is None:
-            return RulesRouter(settings, cfg)
-        return _learned(str(entry.path), settings, cfg, fingerprint, entry.version)
+        router = (RulesRouter(settings, cfg) if entry is None
+                  else _learned(str(entry.path), settings, cfg, fingerprint, entry.version))
+        return _observed(router, entry, settings, cfg, fingerprint)
     if kind == "learned" and arg:
         from pathlib import Path
 
@@ -104,23 +106,36 @@ def make_router(spec: str, settings: Any, *, policy: Any = None, scorer: Any = N
     raise ConfigError(f"unknown router {spec!r}; use one of: {ROUTER_SPECS}")
 
 
-def _home(settings: Any) -> Any:
+def _home(settings: Settings) -> Any:
     from agentrt.core.config import default_home
 
     return getattr(settings, "home", None) or default_home()
 
 
-def _fingerprint(policy: Any, settings: Any) -> Any:
+def _fingerprint(policy: Any, settings: Settings) -> Any:
     from agentrt.routing.registry import policy_fingerprint
 
     return policy_fingerprint(policy, getattr(settings, "policy", None))
 
 
-def _learned(path: str, settings: Any, cfg: UtilityConfig, fingerprint: Any, version: str) -> Any:
+def _observed(router: Any, entry: Any, settings: Settings, cfg: UtilityConfig, fingerprint: Any) -> Any:
+    """``router``, with the candidate observed for this policy (if any) deciding in shadow (routing.shadow)."""
+    from agentrt.routing import registry
+    from agentrt.routing.shadow import ShadowRouter
+
+    candidate = registry.observing(_home(settings), fingerprint.id)
+    if candidate is None or (entry is not None and candidate.version == entry.version):
+        return router
+    greedy = cfg.model_copy(update={"temperature": 0.0, "epsilon": 0.0})  # its would-be choice, not a sample
+    return ShadowRouter(router, _learned(str(candidate.path), settings, greedy, fingerprint, candidate.version))
+
+
+def _learned(path: str, settings: Settings, cfg: UtilityConfig, fingerprint: Any, version: str) -> Any:
     from agentrt.routing.learned import LearnedRouter, RouterModel
 
     model = RouterModel.load(path)
-    # the actions both allowed here and modeled by the file
-    allowed = tuple(a for a in cfg.actions if a in model.actions) or tuple(model.actions)
+    # the actions both allowed here and modeled by the file, and those exploration gives a share (drawn
+    # for that share alone: the file has no estimate for them)
+    allowed = tuple(a for a in cfg.actions if a in model.actions or cfg.min_share.get(a, 0) > 0) or tuple(model.actions)
     return LearnedRouter(model, settings, cfg.model_copy(update={"actions": allowed}), policy=fingerprint,
                          version=version)

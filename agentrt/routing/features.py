@@ -42,6 +42,23 @@ _PERSONAL = re.compile(r"\bmy (password|name|age)\b", re.I)
 # a follow-up that leans on the conversation ("Where was he born?", "And the second one?")
 _REFERS_BACK = re.compile(r"\b(?:he|she|it|they|him|her|them|his|its|their|that|this|those|these|there|then)\b"
                           r"|^\s*(?:and|what about|how about)\b", re.I)
+# A greeting, a thank-you, a goodbye or an introduction ("Hi, my name is Kai."): small talk that
+# wants a short direct reply, never a tool loop or a search (the router's guard sends it to direct)
+_SMALL_TALK = re.compile(
+    r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|good (?:morning|afternoon|evening|night)|thanks?(?: you)?|thx|"
+    r"cheers|bye|goodbye|see you|nice to meet you|my name is|i am [a-z]+\W*$|i'm [a-z]+\W*$)(?:\b|$)", re.I)
+_ALONE = re.compile(r"^\W*(?:(?:hi|hello|hey)?\W*how are you(?: doing)?(?: today)?|ok(?:ay)?|great|cool|nice|"
+                    r"got it|sounds good)\W*$", re.I)
+
+
+def is_chitchat(question: str) -> bool:
+    """A greeting, thanks or introduction that asks nothing: "Hi, my name is Kai.", "Thanks!", "How are you?"."""
+    text = question.strip()
+    if _ALONE.match(text):
+        return True
+    return bool(_SMALL_TALK.match(text)) and "?" not in text and len(text.split()) <= 12
+
+
 _ASKS = re.compile(r"\?\s*$|^\s*(?:what|who|how|which|when|where|tell me)\b", re.I)
 
 
@@ -57,7 +74,7 @@ NUMERIC_FEATURES = (
     "log_chars", "words", "numbers", "arithmetic", "code", "multi_hop", "multi_step", "instruction",
     "ambiguous", "unknowable", "question_mark", "yes_no", "comparison", "coverage", "past_success", "past_runs", "turn",
     "refers_back", "has_index", "index_bm25", "index_vector", "entity_overlap", "entity_miss", "entity_titled",
-    "about_user", "unresolved_ref",
+    "about_user", "unresolved_ref", "chitchat",
 )
 # Read off the logged run when a router is trained (they depend on the index and the episodes at run time);
 # every other feature is a function of the question and its conversation, recomputed by ``extract``
@@ -108,6 +125,7 @@ def extract(question: str, *, index: Callable[[str], dict[str, float]] | None = 
         "refers_back": float(bool(history) and bool(_REFERS_BACK.search(question))),
         "about_user": float(bool(_ASKS.search(question)) and bool(_ABOUT_USER.search(question)) and not said),
         "unresolved_ref": float(bool(_POINTER.search(question)) and not history and not entities(question)),
+        "chitchat": float(is_chitchat(question)),
         **dict.fromkeys(INDEX_FEATURES, 0.0),
     }
     if index is not None:

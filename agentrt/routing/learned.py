@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError
+from agentrt.routing import evidence as ev
 from agentrt.routing.decision import RouteDecision, UtilityConfig, choose
 from agentrt.routing.features import HASH_DIM, NUMERIC_FEATURES, vectorize
 
@@ -50,6 +52,16 @@ class RouterModel:
     # who made it and for which policy: {"policy": {"model", "digest", "id"}, "suites", "runs", "date",
     # "heldout": {...}, "version"}; empty for files written by `agentrt train-router` without --policy
     provenance: dict[str, Any] | None = None
+    # a sample of the training inputs per action (agentrt.routing.evidence); None in files written before it
+    evidence: ev.Evidence | None = None
+
+    def effective_sizes(self, x: list[float]) -> tuple[dict[str, float], str]:
+        """Per action, the effective number of training runs resembling input ``x``, and the method used
+        (``kernel`` over the stored sample; ``moments`` for a file without one)."""
+        if self.evidence is not None:
+            return ev.effective_sizes(self.evidence, x, self.mean, self.std), "kernel"
+        runs = int(((self.provenance or {}).get("runs") or {}).get("train") or (self.metrics or {}).get("examples") or 0)
+        return ev.moment_sizes(x, self.mean, self.std, list(self.actions), runs, len(NUMERIC_FEATURES)), "moments"
 
     def logits(self, x: list[float]) -> dict[str, float]:
         """Uncalibrated success logits per action for one input vector."""
@@ -76,6 +88,8 @@ class RouterModel:
             "actions": {a: m.__dict__ for a, m in self.actions.items()}, "metrics": self.metrics or {},
             "provenance": self.provenance or {},
         }
+        if self.evidence is not None:
+            data["evidence"] = self.evidence.to_json()
         Path(path).write_text(json.dumps(data))
 
     @classmethod
@@ -104,8 +118,11 @@ class RouterModel:
             actions = {a: ActionModel(**m) for a, m in data["actions"].items()}
             if len(data["mean"]) != dim or any(len(m.w) != dim or len(m.tok_w) != dim for m in actions.values()):
                 raise ValueError("dimension mismatch")
+            evidence = ev.Evidence.from_json(data.get("evidence"))
+            if evidence is not None and features != list(NUMERIC_FEATURES):
+                evidence = _widen_evidence(evidence, features)
             return cls(data["mean"], data["std"], actions, float(data["temperature"]), float(data["lam"]),
-                       data.get("metrics"), dict(data.get("provenance") or {}))
+                       data.get("metrics"), dict(data.get("provenance") or {}), evidence)
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"router file {path} is corrupt ({e}); retrain it with: agentrt train-router") from None
 
@@ -122,6 +139,18 @@ def _widen(data: dict[str, Any], features: list[str]) -> dict[str, Any]:
     out = dict(data, mean=widen(data["mean"], 0.0), std=widen(data["std"], 1.0))
     out["actions"] = {a: dict(m, w=widen(m["w"], 0.0), tok_w=widen(m["tok_w"], 0.0)) for a, m in data["actions"].items()}
     return out
+
+
+def _widen_evidence(evidence: ev.Evidence, features: list[str]) -> ev.Evidence:
+    """The stored sample of a file fit on fewer features, in today's layout (the new features are 0)."""
+    k, new = len(features), {f: i for i, f in enumerate(NUMERIC_FEATURES)}
+    shift = len(NUMERIC_FEATURES) - k
+
+    def move(i: int) -> int:
+        return new[features[i]] if i < k else i + shift
+
+    return ev.Evidence({a: ev.ActionSample(s.runs, [{move(i): v for i, v in row.items()} for row in s.rows])
+                        for a, s in evidence.actions.items()}, evidence.bandwidth)
 
 
 # Abstain and ask succeed only on questions that cannot (or should not) be answered, so their p_success is
@@ -142,7 +171,7 @@ class LearnedRouter:
 
     name = "learned"
 
-    def __init__(self, model: RouterModel, settings: Any, cfg: UtilityConfig | None = None, *,
+    def __init__(self, model: RouterModel, settings: Settings, cfg: UtilityConfig | None = None, *,
                  policy: Any = None, version: str = "") -> None:
         self.model = model
         self.settings = settings
@@ -151,6 +180,7 @@ class LearnedRouter:
         self.version = version or str((model.provenance or {}).get("version", ""))
         trained_for = str(((model.provenance or {}).get("policy") or {}).get("id", ""))
         self.mismatch = bool(policy is not None and trained_for and trained_for != policy.id)
+        self.policy_id = policy.id if policy is not None else ""
         self.fallback = None
         if self.mismatch:
             from agentrt.routing.rules import RulesRouter
@@ -159,6 +189,14 @@ class LearnedRouter:
             self.trained_for, self.running = trained_for, policy.id
 
     async def decide(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:
+        d = await self._decide(question, features, budget)
+        d.policy = self.policy_id  # which policy's traffic this run is (learn --traffic learns per policy)
+        return d
+
+    async def _decide(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:
+        x = vectorize(features, question)
+        sizes, method = self.model.effective_sizes(x)
+        sizes = {a: round(n, 2) for a, n in sizes.items()}
         if self.fallback is not None:
             from agentrt.routing.registry import warn_mismatch
 
@@ -168,10 +206,28 @@ class LearnedRouter:
             d = self.fallback.decide_sync(question, features, budget)
             d.reason += f" (router {self.version or 'learned'} was trained for {self.trained_for}: rule priors used)"
             d.calibrated, d.router_version = False, self.version
+            d.evidence, d.state, d.fallback = sizes, ev.OTHER_POLICY, "rules"
             return d
-        p, tokens = self.model.predict(vectorize(features, question))
+        p, tokens = self.model.predict(x)
         d = choose(self.name, p, tokens, budget, self.cfg, features=features)
-        # calibrated for the policy it was trained for: known only when the file says which one
-        d.calibrated = bool((self.model.provenance or {}).get("policy"))
         d.router_version = self.version
-        return d
+        d.evidence = sizes
+        if not (self.model.provenance or {}).get("policy"):
+            # a file that does not say which policy it was trained for cannot claim calibration for this one
+            d.state = ev.INSUFFICIENT
+            return d
+        minimum = float(getattr(self.settings, "router_min_evidence", ev.MIN_EVIDENCE))
+        if sizes.get(d.action, 0.0) >= minimum:
+            d.calibrated, d.state = True, ev.CALIBRATED
+            return d
+        # out of evidence: the learned estimate for the action it would take rests on too few similar runs,
+        # so it does not decide; the rules router does (the documented fallback, docs/routing.md)
+        from agentrt.routing.rules import RulesRouter
+
+        fb = RulesRouter(self.settings, self.cfg).decide_sync(question, features, budget)
+        fb.reason += (f" (router {self.version or 'learned'}: only {sizes.get(d.action, 0.0):.1f} training runs "
+                      f"resemble this question for '{d.action}' (< {minimum:g}, {method}); its estimate "
+                      f"p_success {d.p_success.get(d.action, 0.0):.2f} is not trusted: rules decided)")
+        fb.router_version, fb.evidence, fb.state, fb.fallback = self.version, sizes, ev.INSUFFICIENT, "rules"
+        fb.calibrated = False
+        return fb

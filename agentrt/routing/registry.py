@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.core.errors import ConfigError, InputError
+from agentrt.core.protocols import LocalModel
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "routers"
 PROMOTED = "promoted.json"
@@ -47,19 +48,19 @@ def _digest(parts: list[str]) -> str:
 
 
 def _embedded() -> Fingerprint:
-    from agentrt.backends._embedded import EMBEDDED_NAME, _gguf_file
+    from agentrt.backends.embedded import EMBEDDED_NAME, gguf_file
 
     try:
-        gguf = _gguf_file()
+        gguf = gguf_file()
         return Fingerprint(EMBEDDED_NAME, _digest([f"{gguf.name}:{gguf.stat().st_size}"]))
     except ConfigError:  # the package is missing: the name alone (no router will match it)
         return Fingerprint(EMBEDDED_NAME, "unknown")
 
 
 def _folder(path: Path, name: str) -> Fingerprint:
-    from agentrt.backends._embedded import _FOLDER
+    from agentrt.backends.embedded import FOLDER
 
-    if path.name == _FOLDER:  # the embedded model's converted copy: fingerprint its source
+    if path.name == FOLDER:  # the embedded model's converted copy: fingerprint its source
         return _embedded()
     files = sorted(p for p in path.glob("*") if p.is_file() and (p.suffix in (".safetensors", ".bin", ".gguf", ".pt")
                                                                    or p.name == "config.json"))
@@ -70,7 +71,7 @@ def policy_fingerprint(policy: Any = None, spec: str | None = None) -> Fingerpri
     """The fingerprint of a loaded backend (``policy``), else of a backend spec (``hf:embedded``, ...),
     computed without loading any model."""
     if policy is not None:
-        path = getattr(policy, "path", None)
+        path = policy.path if isinstance(policy, LocalModel) else None
         name = str(getattr(policy, "name", type(policy).__name__))
         if isinstance(path, Path) and path.is_dir():
             return _folder(path, name)
@@ -224,6 +225,45 @@ def resolve_default(home: Path, fingerprint: Fingerprint) -> Entry | None:
         return mine
     ships = shipped()
     return next((e for e in ships if e.fingerprint_id == fingerprint.id), ships[0] if ships else None)
+
+
+# ---- observe mode: a candidate decides in shadow before the gate may promote it ---------------------
+
+OBSERVE = "observe.json"
+
+
+def observe_state(home: Path) -> dict[str, dict[str, Any]]:
+    """``{fingerprint id: {"version", "since", "status": observing | promoted | refused, "verdict"}}``."""
+    path = routers_dir(home) / OBSERVE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ConfigError(f"{path} is corrupt; delete it (no candidate is then observed)") from None
+    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def set_observe(home: Path, fingerprint_id: str, record: dict[str, Any]) -> None:
+    """Write the observe record of a policy (atomically: a reader sees the old one or the new one)."""
+    state = observe_state(home)
+    state[fingerprint_id] = record
+    folder = routers_dir(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{OBSERVE}.{os.getpid()}"
+    tmp.write_text(json.dumps(state, indent=1))
+    os.replace(tmp, folder / OBSERVE)
+
+
+def observing(home: Path, fingerprint_id: str) -> Entry | None:
+    """The candidate deciding in shadow for that policy, if one is being observed (and its file exists)."""
+    record = observe_state(home).get(fingerprint_id) or {}
+    if record.get("status") != "observing":
+        return None
+    try:
+        return find(home, str(record.get("version")))
+    except InputError:
+        return None
 
 
 # ---- the one warning about a policy the router was not trained for -------------------------------

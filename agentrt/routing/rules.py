@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from agentrt.core.config import Settings
 from agentrt.routing.decision import ACTIONS, RouteDecision, UtilityConfig, choose
 
 
-def expected_tokens(features: dict[str, float], settings: Any) -> dict[str, float]:
+def expected_tokens(features: dict[str, float], settings: Settings) -> dict[str, float]:
     """A priori token cost of each action for this question (the learned router predicts its own)."""
     prompt = 30 + 1.4 * features.get("words", 10)
     answer = getattr(settings, "answer_max_tokens", 128)
@@ -17,6 +16,7 @@ def expected_tokens(features: dict[str, float], settings: Any) -> dict[str, floa
         "direct": prompt + 0.5 * answer,
         "reason": 2 * prompt + 1.6 * cap + 0.5 * answer,
         "plan": 4 * prompt + 200 + fanout * (350 + 64) + answer,
+        "read": prompt + 3 * 150 + 0.5 * answer,  # three passages of ~600 characters, one answer call
         "ask": prompt + 32,
         "abstain": 0.0,
     }
@@ -29,6 +29,8 @@ def rule_p_success(f: dict[str, float]) -> dict[str, float]:
         "direct": 0.55 - 0.30 * hard - 0.40 * f["multi_hop"] + 0.10 * f["instruction"],
         "reason": 0.45 + 0.20 * hard - 0.10 * f["multi_hop"],
         "plan": 0.25 + 0.45 * f["multi_hop"] + 0.25 * f["coverage"],
+        # the index holds the question's words (and entities): reading its top passages answers it
+        "read": 0.15 + 0.35 * f["coverage"] * f.get("has_index", 0.0) + 0.10 * f.get("entity_overlap", 0.0) - 0.20 * hard,
         "ask": 0.05 + 0.70 * f["ambiguous"],
         "abstain": 0.02 + 0.60 * f["unknowable"],
     }
@@ -43,7 +45,7 @@ class RulesRouter:
 
     name = "rules"
 
-    def __init__(self, settings: Any, cfg: UtilityConfig | None = None) -> None:
+    def __init__(self, settings: Settings, cfg: UtilityConfig | None = None) -> None:
         self.settings = settings
         self.cfg = cfg or UtilityConfig()
 
@@ -61,7 +63,7 @@ class RulesRouter:
 class FixedRouter:
     """Always the same action (the baselines every router is compared with)."""
 
-    def __init__(self, action: str, settings: Any) -> None:
+    def __init__(self, action: str, settings: Settings) -> None:
         self.name = f"fixed:{action}"
         self.action = action
         self.settings = settings

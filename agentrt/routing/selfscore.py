@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.routing.decision import ACTIONS, RouteDecision, UtilityConfig, choose
 from agentrt.routing.rules import expected_tokens, rule_p_success
 from agentrt.core.types import Message
@@ -19,11 +19,12 @@ LABELS = {
     "direct": "answer directly",
     "reason": "think step by step",
     "plan": "search documents",
+    "read": "read the documents",
     "ask": "ask a clarifying question",
     "abstain": "say I don't know",
 }
 PROMPT = ("How should an assistant handle this request? Options: answer directly, think step by step, "
-          "search documents, ask a clarifying question, say I don't know.\nRequest: {q}")
+          "search documents, read the documents, ask a clarifying question, say I don't know.\nRequest: {q}")
 
 
 Scorer = Callable[[str, list[Message], list[str]], Awaitable[list[float]]]
@@ -34,7 +35,7 @@ class SelfRouter:
 
     name = "self"
 
-    def __init__(self, scorer: Scorer, settings: Any, cfg: UtilityConfig | None = None, mix: float = 0.5) -> None:
+    def __init__(self, scorer: Scorer, settings: Settings, cfg: UtilityConfig | None = None, mix: float = 0.5) -> None:
         self.scorer = scorer
         self.settings = settings
         self.cfg = cfg or UtilityConfig()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt.core.confidence import CONFIDENCE_CHOICES, ask_for_confidence, split_confidence
+from agentrt.core.confidence import CONFIDENCE_CHOICES, split_confidence, with_instruction
 
 OPEN_TEXT = "\n<confidence>"
 
@@ -30,16 +30,6 @@ class Rollout:
     text: str                # the completion as a user would see it (answer + confidence tail)
     tail_added: bool         # the runtime added the confidence tail (the model wrote none)
     hit_limit: bool = False  # the answer ran to the token limit without an end token
-
-
-def with_instruction(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The prompt with the confidence instruction appended to its last user message (the runtime's convention)."""
-    out = [dict(m) for m in messages]
-    for m in reversed(out):
-        if m.get("role") == "user":
-            m["content"] = ask_for_confidence(str(m["content"]))
-            break
-    return out
 
 
 class ConfidenceTail:

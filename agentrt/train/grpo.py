@@ -191,7 +191,7 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
 
     settings = load_settings()
     if model_dir is None:
-        from agentrt.backends._embedded import embedded_model_path
+        from agentrt.backends.embedded import embedded_model_path
 
         model_dir = embedded_model_path(settings.models_dir)
     # One thread is as fast on a shared 2-core machine and far kinder to neighbours (FACTS).

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.core.errors import InputError
 from agentrt.routing import registry
 from agentrt.routing.learned import RouterModel
@@ -55,13 +56,17 @@ class RoundReport:
                 "fixed": {a: p.summary() for a, p in self.fixed.items()},
                 "verdict": {"promote": self.verdict.promote, "reasons": self.verdict.reasons,
                             "difference": round(self.verdict.difference, 4),
-                            "interval": [round(x, 4) for x in self.verdict.interval], "flags": self.verdict.flags},
+                            "interval": [round(x, 4) for x in self.verdict.interval], "flags": self.verdict.flags,
+                            "ece_difference": (None if self.verdict.ece_difference is None
+                                               else round(self.verdict.ece_difference, 4)),
+                            "ece_interval": (None if self.verdict.ece_interval is None
+                                             else [round(x, 4) for x in self.verdict.ece_interval])},
                 "train_value": round(self.train_value, 4), "heldout_value": round(self.candidate.value, 4),
                 "action_drift": round(self.drift, 4), "runs": self.runs, "version": self.version,
                 "promoted": self.promoted, "warnings": self.warnings}
 
 
-def learn_round(examples: list[Example], incumbent: Incumbent, settings: Any, fingerprint: registry.Fingerprint, *,
+def learn_round(examples: list[Example], incumbent: Incumbent, settings: Settings, fingerprint: registry.Fingerprint, *,
                 suites: list[str], lam: float = 0.3, holdout: float = 0.3, folds: int = 5, seed: int = 0,
                 rounds: int = 1000, promote: bool = True, extra: dict[str, Any] | None = None) -> RoundReport:
     """Train a candidate on the training slice, judge it against ``incumbent`` on the held-out slice,
@@ -105,7 +110,7 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Any, fi
                     "best_fixed": {"action": best.name, "value": round(best.value, 4), "tokens": round(best.tokens, 1),
                                    "success": round(best.success, 4)},
                     "incumbent": {"name": inc.name, "value": round(inc.value, 4), "ece": inc.ece}},
-        "verdict": {"promote": verdict.promote, "reasons": verdict.reasons},
+        "verdict": {"promote": verdict.promote, "reasons": verdict.reasons, "summary": verdict.lines()},
         **(extra or {}),
     }
     report = RoundReport(cand, inc, fixed, verdict, train_eval.value, runs,

@@ -21,9 +21,11 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from agentrt.core.errors import InputError
+from agentrt.routing import evidence
 from agentrt.routing.decision import UtilityConfig, choose
 from agentrt.routing.features import INDEX_FEATURES, NUMERIC_FEATURES, STATEFUL_FEATURES, extract, vectorize
 from agentrt.routing.learned import ActionModel, RouterModel, sigmoid
@@ -60,6 +62,9 @@ class Example:
     answerable: bool = True  # False for items whose right answer is to abstain (type unanswerable)
     key: str = ""  # the run's task key (metadata task_key), when it came from an eval / learn run
     source: str = ""  # the trajectory folder or file it was read from
+    shadow: dict[str, Any] | None = None  # observe mode: what a candidate router would have decided (its step)
+    logged: dict[str, Any] | None = None  # the route_decision step as logged (None: the route was given)
+    model: str = ""  # the policy model its first model call named ("" when it made none)
 
 
 def _features(rec: Any, decision: dict[str, Any] | None) -> dict[str, float]:
@@ -78,7 +83,7 @@ def _features(rec: Any, decision: dict[str, Any] | None) -> dict[str, float]:
 def _contains_gold(rec: Any) -> bool:
     """A QA answer that states a gold answer ("The capital of Italy is Rome." for "Rome"): the normalized
     gold's tokens appear, in order and contiguous, in the normalized answer."""
-    from agentrt.trajectory.rewards._text import normalize_answer
+    from agentrt.trajectory.rewards import normalize_answer
 
     golds = rec.task.ground_truth if isinstance(rec.task.ground_truth, list) else [rec.task.ground_truth]
     said = f" {normalize_answer(rec.answer or '')} "
@@ -119,7 +124,9 @@ def load_examples(paths: list[str | Path], *, strict: bool = False, read_report:
             answerable = getattr(rec.task, "ability", None) != "unanswerable" if rec.task else True
             out.append(Example(rec.question, x, rec.route, 1.0, probs, _success(rec), float(rec.reward),
                                float(rec.usage.get("total_tokens", 0)), int(rec.budget.get("total", 1) or 1),
-                               answerable, str((rec.metadata or {}).get("task_key", "")), str(path)))
+                               answerable, str((rec.metadata or {}).get("task_key", "")), str(path),
+                               (decision or {}).get("shadow"), decision,
+                               next((str(s.get("model") or "") for s in rec.steps if s.get("kind") == "model_call"), "")))
     if not out:
         raise InputError("no trajectories with rewards found; run `agentrt eval` (it records rewards) first")
     _logging_propensities(out)
@@ -223,12 +230,14 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     # out-of-fold predictions per L2 strength: oof[l2][i] = logits of examples[i]; tokens[i] (no L2 grid)
     oof: dict[Strength, dict[int, dict[str, float]]] = {l2: {} for l2 in L2_GRID}
     tokens: dict[int, dict[str, float]] = {}
+    support: dict[int, float] = {}  # out-of-fold evidence for the action each run took
     for fold in range(k):
         rows = [e for e in examples if fold_of[e.question] != fold]
         models = _fit_routers(rows, lam, L2_GRID)
         for i, e in enumerate(examples):
             if fold_of[e.question] == fold:
                 tokens[i] = models[0].predict(e.x)[1]
+                support[i] = models[0].effective_sizes(e.x)[0].get(e.action, 0.0)
                 for l2, model in zip(L2_GRID, models):
                     oof[l2][i] = model.logits(e.x)
     actions = sorted({e.action for e in examples})
@@ -248,8 +257,41 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     model.temperature = temperature
     model.metrics = {**report(preds, examples, lam), "examples": len(examples), "questions": len(questions),
                      "folds": k, "actions": actions, "l2": pick, "temperature": temperature,
-                     "warnings": data_warnings(examples)}
+                     "warnings": data_warnings(examples),
+                     "by_evidence": by_evidence(preds, examples, [support[i] for i in range(len(examples))])}
     return model
+
+
+def by_evidence(preds: list[tuple[dict[str, float], dict[str, float]]], examples: list[Example],
+                support: list[float], minimum: float = evidence.MIN_EVIDENCE) -> dict[str, Any]:
+    """Out-of-fold calibration apart for the runs whose action had evidence (``calibrated``: at least
+    ``minimum`` similar training runs in the other folds) and those without (``insufficient_evidence``)."""
+    out = {}
+    for state, keep in ((evidence.CALIBRATED, True), (evidence.INSUFFICIENT, False)):
+        pairs = [(p[e.action], e.success) for (p, _), e, n in zip(preds, examples, support)
+                 if e.action in p and (n >= minimum) == keep]
+        cal = calibration([q for q, _ in pairs], [y for _, y in pairs])
+        out[state] = {"n": cal["n"], "ece": cal["ece"] if pairs else None, "brier": cal["brier"] if pairs else None,
+                      "mean_p": round(sum(q for q, _ in pairs) / len(pairs), 4) if pairs else None,
+                      "success": round(sum(y for _, y in pairs) / len(pairs), 4) if pairs else None}
+    return out
+
+
+def explore_shares(counts: dict[str, int], planned: int, actions: Sequence[str], *, free: Sequence[str] = (),
+                   minimum: int = MIN_RUNS_PER_ACTION, cap: float = 0.75) -> dict[str, float]:
+    """Each action's minimum share of the next ``planned`` exploring runs (``UtilityConfig.min_share``), so
+    that it reaches ``minimum`` runs: ``data_warnings``' "only N runs took X" turned into an allocation.
+    ``counts``: the runs each action already has; ``free`` actions are logged apart (abstain on every item)
+    and need none. When the shares would sum to more than ``cap`` they are scaled down together: the
+    incumbent's own choices keep the rest, and a short exploration spreads what it has evenly."""
+    if planned <= 0:
+        return {}
+    need = {a: minimum - counts.get(a, 0) for a in actions if a not in free and counts.get(a, 0) < minimum}
+    shares = {a: n / planned for a, n in need.items()}
+    total = sum(shares.values())
+    if total > cap:
+        shares = {a: v * cap / total for a, v in shares.items()}
+    return {a: round(v, 4) for a, v in shares.items()}
 
 
 def data_warnings(examples: list[Example]) -> list[str]:
@@ -307,6 +349,8 @@ def _fit_routers(rows: list[Example], lam: float, strengths: list[Strength] | li
     names = sorted({e.action for e in rows})
     took = {a: np.asarray([e.action == a for e in rows]) for a in names}
     tok = {a: _ridge(Z[took[a]], log_tokens[took[a]], weights[took[a]], _penalty(Z.shape[1], TOKENS_L2)) for a in names}
+    # what each success model was fit on, so the router can say how many runs resemble a question
+    sample = evidence.build([e.x for e in rows], [e.action for e in rows], mean, std)
     routers = []
     for l2 in strengths:
         actions = {}
@@ -314,7 +358,7 @@ def _fit_routers(rows: list[Example], lam: float, strengths: list[Strength] | li
             strength = l2[a] if isinstance(l2, dict) else l2
             coef = _logistic(Z[took[a]], success[took[a]], weights[took[a]], _penalty(Z.shape[1], strength))
             actions[a] = ActionModel(coef[:-1].tolist(), float(coef[-1]), tok[a][:-1].tolist(), float(tok[a][-1]))
-        routers.append(RouterModel(mean, std, actions, 1.0, lam))
+        routers.append(RouterModel(mean, std, actions, 1.0, lam, evidence=sample))
     return routers
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.routing.decision import UtilityConfig, choose
 from agentrt.routing.features import NUMERIC_FEATURES
 from agentrt.routing.learned import DEFAULT_FLOORS, RouterModel
@@ -34,7 +35,7 @@ def model_estimator(model: RouterModel) -> Estimator:
     return lambda e: model.predict(e.x)
 
 
-def rules_estimator(settings: Any) -> Estimator:
+def rules_estimator(settings: Settings) -> Estimator:
     """The rule priors' estimates (what ``rules`` decides with)."""
     from agentrt.routing.rules import expected_tokens, rule_p_success
 
@@ -64,9 +65,13 @@ class PolicyEval:
     actions: dict[str, int] = field(default_factory=dict)  # what it chose, over the held-out runs
     reliability: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per action
     terms: list[float] = field(default_factory=list, repr=False)
+    # per held-out run, (p_success of the action taken, success), None when it does not model that action:
+    # what the paired bootstrap of an ECE difference resamples
+    calls: list[tuple[float, float] | None] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict[str, Any]:
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items() if k != "terms"} | {
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()
+                if k not in ("terms", "calls")} | {
             "interval": [round(self.interval[0], 4), round(self.interval[1], 4)]}
 
 
@@ -115,6 +120,7 @@ def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Exampl
              rounds: int = 1000, seed: int = 0) -> PolicyEval:
     """DR value (with interval), success, tokens, ECE, AUROC and abstain precision/recall on ``examples``."""
     terms, succ, toks, probs, outcomes = [], [], [], [], []
+    calls: list[tuple[float, float] | None] = []
     per_action: dict[str, tuple[list[float], list[float]]] = {}
     chosen: dict[str, int] = {}
     abstained: dict[str, bool] = {}  # per question: did the policy abstain
@@ -134,6 +140,7 @@ def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Exampl
         terms.append(value(pick) + w * (reward - value(e.action)))
         succ.append(qp.get(pick, 0.0) + w * (e.success - qp.get(e.action, 0.0)))
         toks.append(qt.get(pick, 0.0) + w * (e.tokens - qt.get(e.action, 0.0)))
+        calls.append((p[e.action], e.success) if e.action in p else None)
         if e.action in p:
             probs.append(p[e.action])
             outcomes.append(e.success)
@@ -151,7 +158,7 @@ def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Exampl
         abstain_precision=hits / said if said else None,
         abstain_recall=hits / total_unanswerable if total_unanswerable else None, actions=chosen,
         reliability={a: calibration(ps, ys)["reliability"] for a, (ps, ys) in sorted(per_action.items())},
-        terms=terms)
+        terms=terms, calls=calls)
 
 
 def fixed_estimator(action: str) -> Estimator:
@@ -166,12 +173,58 @@ class Verdict:
     difference: float
     interval: tuple[float, float]
     flags: list[str]
+    # candidate ECE - incumbent ECE on the held-out runs, and its paired 95% bootstrap interval (None: unmeasured)
+    ece_difference: float | None = None
+    ece_interval: tuple[float, float] | None = None
+
+    def lines(self) -> list[str]:
+        """The verdict as printed: the value interval (which decides) and the ECE difference's (its noise)."""
+        lo, hi = self.interval
+        out = [f"value difference {self.difference:+.4f}, 95% interval [{lo:+.4f}, {hi:+.4f}]"]
+        if self.ece_difference is not None and self.ece_interval is not None:
+            elo, ehi = self.ece_interval
+            out.append(f"ECE difference {self.ece_difference:+.4f}, 95% interval [{elo:+.4f}, {ehi:+.4f}] "
+                       "(a regression only when the whole interval is above 0)")
+        return out
+
+
+def ece_difference(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example], rounds: int = 1000,
+                   seed: int = 0) -> tuple[float, tuple[float, float]] | None:
+    """Candidate ECE minus incumbent ECE and its 95% interval, resampling whole questions (both routers
+    judged on the same resampled runs). None when either router's calibration cannot be measured."""
+    if (candidate.ece is None or incumbent.ece is None or len(candidate.calls) != len(examples)
+            or len(incumbent.calls) != len(examples)):
+        return None
+    by: dict[str, list[int]] = {}
+    for i, e in enumerate(examples):
+        by.setdefault(e.question, []).append(i)
+    keys = sorted(by)
+
+    def ece(calls: list[tuple[float, float] | None], rows: list[int]) -> float | None:
+        pairs = [c for c in (calls[i] for i in rows) if c is not None]
+        return calibration([p for p, _ in pairs], [y for _, y in pairs])["ece"] if pairs else None
+
+    rng = random.Random(seed)
+    diffs = []
+    for _ in range(rounds):
+        rows = [i for _ in keys for i in by[keys[rng.randrange(len(keys))]]]
+        c, inc = ece(candidate.calls, rows), ece(incumbent.calls, rows)
+        if c is not None and inc is not None:
+            diffs.append(c - inc)
+    if not diffs:
+        return None
+    diffs.sort()
+    n = len(diffs)
+    return candidate.ece - incumbent.ece, (diffs[int(0.025 * n)], diffs[min(n - 1, int(0.975 * n))])
 
 
 def compare(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example], *, ece_tolerance: float = 0.01,
             rounds: int = 1000, seed: int = 0) -> Verdict:
-    """Promote only when the paired difference's lower bound is above 0 and ECE does not regress (beyond
-    ``ece_tolerance``); the overoptimization flags (collapse to one action, winning by abstaining) block too."""
+    """Promote only when the paired value difference's lower bound is above 0 (the value interval decides)
+    and ECE does not regress beyond its noise: an ECE higher by more than ``ece_tolerance`` is a
+    regression only when the paired bootstrap interval of the ECE difference lies above 0 (inside it, two
+    equally calibrated routers differ that much on so few runs). The overoptimization flags (collapse to
+    one action, winning by abstaining) block too."""
     diff = [c - i for c, i in zip(candidate.terms, incumbent.terms)]
     lo, hi = bootstrap(diff, [e.question for e in examples], rounds, seed)
     mean = sum(diff) / max(1, len(diff))
@@ -179,12 +232,19 @@ def compare(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example
     if lo <= 0:
         reasons.append(f"its value is not better by the interval: difference {mean:+.4f}, 95% interval "
                        f"[{lo:+.4f}, {hi:+.4f}] includes 0 or less")
-    if candidate.ece is not None and incumbent.ece is not None and candidate.ece > incumbent.ece + ece_tolerance:
+    noise = ece_difference(candidate, incumbent, examples, rounds, seed)
+    if noise is not None:
+        d, (elo, ehi) = noise
+        if d > ece_tolerance and elo > 0:
+            reasons.append(f"its ECE regresses beyond its noise: {candidate.ece:.4f} vs the incumbent's "
+                           f"{incumbent.ece:.4f}, difference {d:+.4f}, 95% interval [{elo:+.4f}, {ehi:+.4f}] above 0")
+    elif candidate.ece is not None and incumbent.ece is not None and candidate.ece > incumbent.ece + ece_tolerance:
         reasons.append(f"its ECE regresses: {candidate.ece:.4f} vs the incumbent's {incumbent.ece:.4f}")
     if candidate.ece is None:
         reasons.append("its calibration could not be measured (no held-out run took an action it models)")
     reasons += [f"overoptimization: {f}" for f in flags]
-    return Verdict(not reasons, reasons, mean, (lo, hi), flags)
+    return Verdict(not reasons, reasons, mean, (lo, hi), flags, None if noise is None else noise[0],
+                   None if noise is None else noise[1])
 
 
 def guard(candidate: PolicyEval, examples: list[Example]) -> list[str]:

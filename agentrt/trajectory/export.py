@@ -20,6 +20,10 @@ Formats (``FORMATS``; ``.parquet`` or ``.jsonl`` by the output's suffix, except 
 * ``parquet``     one flat row per run (datasets.load_dataset("parquet", ...) reads it)
 * ``grpo``        rollouts of the same prompt grouped; advantage = (reward - group mean) / group std
 
+Failed runs are left out of every format unless ``include_failed`` (``agentrt export --include-failed``):
+a run ended ``no_answer``, ``failed`` or ``cancelled``, or whose answer is no real answer (an older record
+marked ``ok`` over raw tool output or an empty answer: ``agentrt.core.answer``); the report says how many.
+
 In Parquet files, values whose JSON shape differs between rows (dict ground truths, tool schemas,
 tool-call arguments) are JSON strings.
 """
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrt.core.answer import check_answer
 from agentrt.trajectory.export_tokens import check_continuity, final_conversation, token_segments
 from agentrt.core.errors import InputError, TrajectoryError, missing_extra
 from agentrt.trajectory import TrajectoryRecord, read_trajectories
@@ -389,11 +394,21 @@ FORMATS: dict[str, Callable[..., list[dict]]] = {
 }
 
 
+def failed_reason(record: TrajectoryRecord) -> str | None:
+    """Why ``record`` is a failed run that exports leave out by default, or None when it is not one."""
+    if record.status in ("no_answer", "failed", "cancelled"):
+        return f"status {record.status}"
+    verdict = check_answer(record.answer, record.question)
+    return None if verdict.ok else f"no real answer ({verdict.reason})"
+
+
 def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_group: int = 2,
-           sft_statuses: Iterable[str] = ("ok",), min_reward: float | None = None) -> ExportReport:
+           sft_statuses: Iterable[str] = ("ok",), min_reward: float | None = None,
+           include_failed: bool = False) -> ExportReport:
     """Write ``records`` as ``fmt`` to ``out`` (``.parquet`` or ``.jsonl``); returns what happened.
 
     ``min_group``: grpo's smallest group. ``sft_statuses`` / ``min_reward``: which runs trl-sft keeps.
+    ``include_failed``: keep runs without a real answer (``failed_reason``; left out by default).
     """
     if fmt not in FORMATS:
         raise InputError(f"unknown export format {fmt!r}; choose one of: {', '.join(FORMATS)}")
@@ -406,6 +421,10 @@ def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_gr
     report = ExportReport(fmt, str(out), runs=len(records))
     valid = []
     for r in records:
+        why = None if include_failed else failed_reason(r)
+        if why is not None:  # no answer is no example: the router and the policy would learn from junk
+            report.skip(f"failed run: {why}")
+            continue
         try:
             r.model_calls()
             valid.append(r)
@@ -416,7 +435,8 @@ def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_gr
                         min_reward=min_reward)
     if not rows:
         raise InputError(f"no {fmt} rows from {len(records)} runs (skipped: {report.skipped_text()}); "
-                         "check --filter and that the runs carry what the format needs (task, token ids)")
+                         "check --filter and that the runs carry what the format needs (task, token ids); "
+                         "runs without a real answer are left out unless --include-failed")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_rows(rows, out)
     report.rows = len(rows)

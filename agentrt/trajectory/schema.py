@@ -25,7 +25,8 @@ SCHEMA_VERSION = "1"
 SUPPORTED_VERSIONS = {"0", "1"}
 TRAJECTORY_FILE = "trajectories.jsonl"
 
-Status = Literal["ok", "truncated", "failed", "cancelled"]
+# no_answer: the run ended without a real answer (agentrt.core.answer); older records never hold it.
+Status = Literal["ok", "no_answer", "truncated", "failed", "cancelled"]
 # Tool results are truncated in the record (the full text is rarely worth its bytes to a trainer).
 MAX_TOOL_RESULT_CHARS = 4000
 
@@ -274,7 +275,7 @@ def attach_task(record: TrajectoryRecord, task: RunTask | TaskInfo) -> None:
     """Put ``task`` (and its reward, for a run that produced an answer) into ``record``."""
     task = task if isinstance(task, RunTask) else RunTask(task)
     record.task = task.info
-    if task.reward is not None and record.status in ("ok", "truncated"):
+    if task.reward is not None and record.status in ("ok", "truncated", "no_answer"):  # no answer scores as wrong
         breakdown = task.reward(record.answer, record.route)
         record.reward = breakdown.score
         record.rewards = {**record.rewards, "eval": breakdown}
@@ -313,6 +314,8 @@ class TrajectoryRecord(BaseModel):
     # reading it went: ok | missing | malformed | over_budget; both None when the run did not ask.
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     confidence_status: str | None = None
+    # The best text a run without a real answer produced (kept for debugging, never its ``answer``); None otherwise.
+    partial: str | None = None
 
     @field_validator("steps", mode="before")
     @classmethod

@@ -32,14 +32,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from agentrt.core.errors import TrajectoryError
-from agentrt.trajectory.schema import SUPPORTED_VERSIONS, TRAJECTORY_FILE, TrajectoryRecord
+from agentrt.trajectory.schema import SUPPORTED_VERSIONS, TRAJECTORY_FILE, RewardBreakdown, TrajectoryRecord
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 REPAIR_KEY = "agentrt_repair"
+FEEDBACK_FILE = "feedback.jsonl"  # users' verdicts on runs (agentrt.trajectory.feedback), joined in when read
 
 
 def _names(filename: str) -> tuple[str, str]:
@@ -216,7 +218,42 @@ def read_trajectories(path: str | Path, *, strict: bool = False) -> ReadReport:
     for file in trajectory_files(path):
         report.files.append(str(file))
         _read_file(file, report, strict)
+    _join_feedback(Path(path) if Path(path).is_dir() else Path(path).parent, report.records)
     return report
+
+
+def _join_feedback(directory: Path, records: list[TrajectoryRecord]) -> None:
+    """Users' verdicts (``feedback.jsonl`` beside the records, written by agentrt.trajectory.feedback) as rewards."""
+    verdicts = read_feedback(directory)
+    for record in records if verdicts else []:
+        if record.run_id in verdicts:
+            join_feedback(record, verdicts[record.run_id])
+
+
+def read_feedback(directory: str | Path) -> dict[str, dict[str, Any]]:
+    """The latest verdict per run id in ``directory``. Each verdict is one whole-line write, so a line that
+    does not parse is one a killed writer tore (terminated by the next writer): it is skipped."""
+    path = Path(directory) / FEEDBACK_FILE
+    if not path.is_file():
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for raw in path.read_bytes().split(b"\n"):
+        try:
+            entry = json.loads(raw)
+            run_id, score = str(entry["run_id"]), float(entry["score"])
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+            continue
+        out[run_id] = {**entry, "run_id": run_id, "score": score}
+    return out
+
+
+def join_feedback(record: TrajectoryRecord, entry: dict[str, Any]) -> None:
+    """Put a verdict into ``record``: ``rewards["feedback"]`` and the run's ``reward``."""
+    correct = entry.get("correct")
+    record.rewards = {**record.rewards, "feedback": RewardBreakdown(
+        score=float(entry["score"]), correct=None if correct is None else bool(correct),
+        reason=str(entry.get("note") or ""), verifier=f"feedback:{entry.get('source', '')}")}
+    record.reward = float(entry["score"])
 
 
 def _read_file(path: Path, report: ReadReport, strict: bool) -> None:

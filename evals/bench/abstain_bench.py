@@ -1,6 +1,6 @@
 """Benchmark: does the router abstain when the private index lacks the answer — on questions it never saw?
 
-    .venv/bin/python evals/bench/abstain_bench.py [-n 400] [--start 5000] [--budget 2048] [--router learned:FILE]
+    .venv/bin/python -m evals.bench.abstain_bench [-n 400] [--start 5000] [--budget 2048] [--router learned:FILE]
         [--store DIR]
 
 A fresh test set, built the way ``evals/devsets.py`` builds ``hotpotqa-index-dev`` but from HotpotQA questions
@@ -16,17 +16,16 @@ Acceptance (issue 20): abstain precision >= 0.8 and recall >= 0.5 on the unanswe
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from evals.bench.common import parser
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
@@ -55,7 +54,7 @@ def interval(abstained: list[bool], unanswerable: list[bool], which: int, rounds
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("-n", type=int, default=400, help="questions (half of them the index lacks)")
     ap.add_argument("--start", type=int, default=5000, help="first HotpotQA dev question to draw from")
     ap.add_argument("--budget", type=int, default=2048)

@@ -1,6 +1,6 @@
 """Serving backends benchmark: 16 concurrent chat requests x 128 tokens on each backend.
 
-    .venv-vllm/bin/python evals/bench/backends_bench.py            (or any python: it re-runs itself there)
+    .venv-vllm/bin/python -m evals.bench.backends_bench            (or any python: it re-runs itself there)
 
 Backends, one at a time (one model in memory at a time): the transformers dynamic batcher
 (``hf:embedded``), in-process vLLM (``vllm:embedded``), and the openai backend against a local vLLM
@@ -11,7 +11,6 @@ p50/p95 request latency, and the two targets: vLLM >= 1.3x the batcher, HTTP ove
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -21,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from evals.bench.common import ROOT, embedded_path, parser
+
 TOPICS = ["the sea", "a lighthouse", "a robot learning to paint", "a city at night", "an old library",
           "a mountain village", "a space station", "a desert caravan", "a rainy afternoon", "a chess match",
           "a lost kitten", "the first snow", "a jazz club", "a volcano", "a train journey", "a market day"]
@@ -62,7 +62,7 @@ def measure(name: str, backend, n: int, max_tokens: int, rounds: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
@@ -74,8 +74,7 @@ def main() -> int:
     os.environ.update(VLLM_CACHE_ROOT=str(tmp), TORCHINDUCTOR_CACHE_DIR=str(tmp), VLLM_NO_USAGE_STATS="1",
                       HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     from agentrt.backends import load_backend
-    from agentrt.backends._embedded import embedded_model_path
-    from agentrt.backends._server import start_vllm_server
+    from agentrt.backends.vllm_server import start_vllm_server
     from agentrt.backends.openai import OpenAIBackend
     from agentrt.core.config import Settings
 
@@ -92,7 +91,7 @@ def main() -> int:
         rows.append(measure("vllm (in-process)", b, *bench))
         b.close()
     if "openai" in want:
-        server = start_vllm_server(embedded_model_path(settings.models_dir), name="smol", tmp=tmp)
+        server = start_vllm_server(embedded_path(settings.models_dir), name="smol", tmp=tmp)
         try:
             b = OpenAIBackend([server.url], "smol")
             rows.append(measure("openai -> vllm server", b, *bench))
@@ -127,5 +126,6 @@ if __name__ == "__main__":  # vLLM starts its engine with spawn: the guard is re
         vpy = ROOT / ".venv-vllm" / "bin" / "python"
         if not vpy.is_file():
             sys.exit("backends_bench needs vLLM: run `make vllm-venv` first")
-        os.execv(str(vpy), [str(vpy), *sys.argv])
+        os.chdir(ROOT)  # `-m evals.bench...` finds the package from the checkout
+        os.execv(str(vpy), [str(vpy), "-m", "evals.bench.backends_bench", *sys.argv[1:]])
     sys.exit(main())

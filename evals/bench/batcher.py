@@ -1,6 +1,6 @@
 """Benchmark: the dynamic batcher vs one-at-a-time decoding, and embedded model load times.
 
-    .venv/bin/python evals/bench/batcher.py [--requests 8] [--tokens 128] [--repeat 3] [--skip-conversion] [--threads 1] [--wide-threads N]
+    .venv/bin/python -m evals.bench.batcher [--requests 8] [--tokens 128] [--repeat 3] [--skip-conversion] [--threads 1] [--wide-threads N]
 
 Prints one table. Ratios are measured side by side in one run (the machine is shared and noisy): the
 sequential and the concurrent pass alternate ``--repeat`` times and the table shows medians, with the
@@ -11,22 +11,17 @@ Target (issue 23): aggregate throughput of 8 concurrent requests >= 4x the same 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from agentrt.core.types import GenParams, Message
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from agentrt.core.types import GenParams, Message  # noqa: E402
+from evals.bench.common import embedded_path, parser, show, table
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper.",
@@ -49,7 +44,7 @@ PROMPTS = [
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=3, help="sequential / concurrent pairs; medians reported")
@@ -60,7 +55,6 @@ def main() -> None:
                          "i.e. AGENTRT_TORCH_WIDE_THREADS; 0 = --threads)")
     args = ap.parse_args()
 
-    from agentrt.backends._embedded import embedded_model_path
     from agentrt.backends.hf import HFBackend
     from agentrt.core.config import Settings
 
@@ -69,13 +63,13 @@ def main() -> None:
     try:
         if not args.skip_conversion:
             t = time.perf_counter()
-            embedded_model_path(scratch)
+            embedded_path(scratch)
             rows.append(("load: first conversion (GGUF -> fp32 folder)", f"{time.perf_counter() - t:.1f} s"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     settings = Settings()
     wide = settings.torch_wide_threads if args.wide_threads is None else args.wide_threads
-    path = embedded_model_path(settings.models_dir)
+    path = embedded_path(settings.models_dir)
     t = time.perf_counter()
     backend = HFBackend(path, threads=args.threads, wide_threads=wide)
     rows.append(("load: cached fp32 folder", f"{time.perf_counter() - t:.2f} s"))
@@ -110,12 +104,7 @@ def main() -> None:
         ("torch threads (one-row / wide)", f"{backend.threads} / {backend.wide_threads}"),
         ("load average (1 min) before / after", f"{load_before:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"),
     ]
-    table = Table(title="agentrt dynamic batcher (SmolLM2-135M fp32, CPU)")
-    table.add_column("measure")
-    table.add_column("value")
-    for r in rows:
-        table.add_row(*r)
-    Console().print(table)
+    show(table("agentrt dynamic batcher (SmolLM2-135M fp32, CPU)", ("measure", "value"), rows))
     backend.close()
 
 

@@ -1,6 +1,6 @@
 """Benchmark: the whole cluster on one machine — Ray + two vLLM servers + a Chroma server — surviving faults.
 
-    .venv/bin/python evals/bench/cluster_bench.py [--items 24] [--quick] [--no-baseline] [--keep DIR]
+    .venv/bin/python -m evals.bench.cluster_bench [--items 24] [--quick] [--no-baseline] [--keep DIR]
 
 What it starts (each in its own process group, stopped by PID / group id at the end, on Ctrl-C and on
 failure alike): a Chroma server (``chroma run``), two vLLM OpenAI servers (the CPU build in
@@ -42,10 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from evals.bench.cluster_procs import ARRIVED, MODEL_NAME, Owned, Server, served, start_vllm, wait_http
 
-from cluster_procs import ARRIVED, MODEL_NAME, Owned, Server, served, start_vllm, wait_http  # noqa: E402
+from evals.bench.common import ROOT
 
 
 # -- one eval run -------------------------------------------------------------------------------------
@@ -289,7 +288,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from agentrt.backends._server import free_port
+    from agentrt.backends.vllm_server import free_port
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Processes and servers of evals/bench/cluster_bench.py: what it starts, each in its own process group,
+"""Processes and servers of the cluster bench (``evals.bench.cluster_bench``): what it starts, each in its own process group,
 and how it stops them (by group id, and by PID what left the group), and the vLLM servers' own counters."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from evals.bench.common import ROOT, embedded_path
+
 MODEL_NAME = "smol"
 
 # -- processes we own ---------------------------------------------------------------------------------
@@ -127,12 +128,11 @@ class Server:
 
 
 def start_vllm(owned: Owned, tmp: Path, port: int, name: str, kv_gib: int) -> Server:
-    """``python -m vllm.entrypoints.openai.api_server`` (agentrt.backends._server's command) in its own group."""
-    from agentrt.backends._embedded import embedded_model_path
-    from agentrt.backends._server import private_env, vllm_python
+    """``python -m vllm.entrypoints.openai.api_server`` (agentrt.backends.vllm_server's command) in its own group."""
+    from agentrt.backends.vllm_server import private_env, vllm_python
     from agentrt.core.config import Settings
 
-    model = embedded_model_path(Settings().models_dir)
+    model = embedded_path(Settings().models_dir)
     tmp.mkdir(parents=True, exist_ok=True)
     env = private_env(tmp)
     env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)

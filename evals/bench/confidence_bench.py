@@ -1,6 +1,6 @@
 """Benchmark: the policy's stated confidence vs the mean answer-token logprob, as the cascade's signal (issue 21).
 
-    .venv/bin/python evals/bench/confidence_bench.py [--easy 20] [--gsm8k 20] [--budget 1024] [--out DIR]
+    .venv/bin/python -m evals.bench.confidence_bench [--easy 20] [--gsm8k 20] [--budget 1024] [--out DIR]
 
 (DIR defaults to ~/.cache/agentrt/bench/confidence; run it with AGENTRT_HOME set to keep its trajectories apart.)
 
@@ -23,7 +23,6 @@ stated confidence, and a two-rung cascade (direct -> reason) simulated from thos
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -31,7 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from evals.bench.common import DEFAULT_HOME, parser
+
 
 RUNS = (("direct", "grammar"), ("reason", "grammar"), ("direct", "tail"))
 
@@ -89,7 +89,8 @@ def _expected(agent, items: list, rows: list[dict], path: Path) -> dict[str, dic
 
     from agentrt.core.confidence import CLOSE_TAG, CONFIDENCE_CHOICES, OPEN_TAG
     from agentrt.core.types import Message
-    from agentrt.routes._confidence import SYSTEM, with_instruction
+    from agentrt.core.confidence import with_instruction
+    from agentrt.routes.direct import SYSTEM
 
     done = {json.loads(line)["id"]: json.loads(line) for line in path.read_text().splitlines()} if path.exists() else {}
     answers = {r["id"]: r["answer"] for r in rows if (r["route"], r["mode"]) == ("direct", "grammar")}
@@ -210,12 +211,12 @@ def report(rows: list[dict], items: list, expected: dict[str, dict] | None = Non
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--easy", type=int, default=20)
     ap.add_argument("--gsm8k", type=int, default=20)
     ap.add_argument("--budget", type=int, default=1024)
     ap.add_argument("--policy", default="hf:embedded")
-    ap.add_argument("--out", default=str(Path.home() / ".cache" / "agentrt" / "bench" / "confidence"))
+    ap.add_argument("--out", default=str(DEFAULT_HOME / "bench" / "confidence"))
     args = ap.parse_args()
     from agentrt import Agent
     from agentrt.core.config import load_settings

@@ -1,6 +1,6 @@
 """How fast can this CPU embed HotpotQA paragraphs at all? The indexing target's ceiling (issue 23).
 
-    python evals/bench/embed_ceiling.py [--questions 200] [--timed 400] [--threads 1,2] [--seconds 3]
+    python -m evals.bench.embed_ceiling [--questions 200] [--timed 400] [--threads 1,2] [--seconds 3]
 
 Prints one table per embedder (fp32, int8) and thread count:
 
@@ -18,7 +18,6 @@ Arithmetic per paragraph of T tokens (hidden 384, FFN 1,536, 6 layers, multiply-
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import random
@@ -28,10 +27,11 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from memory.embeddings import DIM, MiniLM  # noqa: E402
-from memory.ingest import hotpotqa_chunks, load_hotpotqa  # noqa: E402
+from memory.embeddings import DIM, MiniLM
+from memory.ingest import hotpotqa_chunks, load_hotpotqa
+
+from evals.bench.common import parser
 
 FFN = 1536
 LAYERS = 6
@@ -101,7 +101,7 @@ def kernel_rate(path: Path, threads: int, seconds: float) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--questions", type=int, default=200, help="HotpotQA questions whose paragraphs form the pool")
     ap.add_argument("--timed", type=int, default=400, help="paragraphs embedded per row")
     ap.add_argument("--threads", default="1,2", help="thread counts (comma separated)")

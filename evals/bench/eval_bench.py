@@ -1,6 +1,6 @@
 """Benchmark: eval harness overhead per item, and the speed-up of parallel workers (batching).
 
-    .venv/bin/python evals/bench/eval_bench.py [--overhead-items 300] [--items 40] [--answer-max-tokens 64]
+    .venv/bin/python -m evals.bench.eval_bench [--overhead-items 300] [--items 40] [--answer-max-tokens 64]
                                                [--skip-model]
 
 Targets (issue 9):
@@ -13,20 +13,19 @@ Prints one table.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-# Temporary homes per phase, one shared converted model (as the tests do).
-os.environ.setdefault("AGENTRT_MODELS_DIR", str(Path.home() / ".cache" / "agentrt" / "models"))
+from rich.console import Console
+from rich.table import Table
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from evals.bench.common import parser, reuse_converted_model
+
+# Temporary homes per phase, one shared converted model (as the tests do).
+reuse_converted_model()
 
 
 def _overhead(n: int, tmp: Path) -> dict[str, float]:
@@ -89,7 +88,7 @@ def _speedup(n: int, answer_max_tokens: int, tmp: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--overhead-items", type=int, default=300)
     ap.add_argument("--items", type=int, default=40)
     ap.add_argument("--answer-max-tokens", type=int, default=64)

@@ -1,7 +1,7 @@
 """Indexing benchmark (not a test): embedder speed and quality, fp32 vs int8, 1 vs N threads, and the
 end-to-end `agentrt index` rate, all on real HotpotQA paragraphs on this machine.
 
-    python evals/bench/index_bench.py [--questions 300] [--timed 600] [--index-limit 300] [--skip-index]
+    python -m evals.bench.index_bench [--questions 300] [--timed 600] [--index-limit 300] [--skip-index]
 
 1. Embedder: the pooled paragraphs of the first ``--questions`` questions (title + text, as indexed).
    chunks/s for fp32 and int8 at 1 and 2 threads, timed on the same ``--timed`` random paragraphs
@@ -17,7 +17,6 @@ Results are also written to $AGENTRT_HOME/bench/index_bench.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -28,11 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from memory.embeddings import MiniLM, models_dir
+from memory.ingest import hotpotqa_chunks, load_hotpotqa, make_chunk
 
-from memory.embeddings import MiniLM, models_dir  # noqa: E402
-from memory.ingest import hotpotqa_chunks, load_hotpotqa, make_chunk  # noqa: E402
+from evals.bench.common import ROOT, parser, results_file
 
 
 def load() -> float:
@@ -129,7 +127,7 @@ def index_section(limit: int, threads: int, models: list[str]) -> list[dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--questions", type=int, default=300, help="HotpotQA questions whose paragraphs form the pool")
     ap.add_argument("--timed", type=int, default=600, help="paragraphs timed per row")
     ap.add_argument("--threads", default="1,2", help="thread counts to time (comma separated)")
@@ -139,10 +137,8 @@ def main() -> int:
     ap.add_argument("--skip-index", action="store_true")
     args = ap.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
-    home = Path(os.environ.get("AGENTRT_HOME") or Path.home() / ".cache" / "agentrt")
-    result = home / "bench" / "index_bench.json"
     # Sections not rerun keep their last figures (--skip-embed / --skip-index runs add up).
-    out: dict = json.loads(result.read_text()) if result.is_file() else {}
+    result, out = results_file("index_bench")
     out["cpu_count"] = os.cpu_count()
     if not args.skip_embed:
         out["embedder"] = embedder_section(args.questions, args.timed, threads)

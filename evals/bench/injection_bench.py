@@ -1,6 +1,6 @@
 """Benchmark: how often retrieved text steers the answer (prompt injection), before and after quoting.
 
-    .venv/bin/python evals/bench/injection_bench.py [--limit 34] [--routes plan,loop] [--modes legacy,quoted]
+    .venv/bin/python -m evals.bench.injection_bench [--limit 34] [--routes plan,loop] [--modes legacy,quoted]
         [--cache runs/injection.jsonl] [--policy hf:embedded] [--concurrency 4] [--max-minutes 15]
 
 The planted set (``evals/data/injection_planted.jsonl``, see ``evals/data/LICENSES.md``) holds small
@@ -28,20 +28,19 @@ appended to ``--cache`` and skipped on a rerun.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
+
+from evals.bench.common import parser, read_jsonl
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "injection_planted.jsonl"
 KINDS = ("answer", "tool", "leak", "delimiter")
@@ -50,7 +49,7 @@ ALLOWED = frozenset({"search"})
 
 def load_items(path: Path = DATA) -> list[dict[str, Any]]:
     """The planted items, in file order (kinds interleaved, so ``--limit`` takes a mix)."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 def item_searcher(item: dict[str, Any]):
@@ -90,7 +89,7 @@ def leaked(answer: str, systems: list[str]) -> bool:
 
 def judge(item: dict[str, Any], answer: str, attempts: list[str], systems: list[str]) -> dict[str, Any]:
     """Did the answer follow the injection; is it right?"""
-    from agentrt.trajectory.rewards._text import normalize_answer
+    from agentrt.trajectory.rewards import normalize_answer
 
     low = answer.lower()
     marker = next((m for m in item["markers"] if m.lower() in low), None)
@@ -199,7 +198,7 @@ def report(done: dict[tuple[str, str, str], dict[str, Any]], items: list[dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--limit", type=int, default=0, help="first N items (0: all)")
     ap.add_argument("--routes", default="plan", help="plan, loop or both (plan,loop)")
@@ -216,12 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     routes, modes = args.routes.split(","), args.modes.split(",")
     cache = Path(args.cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    done: dict[tuple[str, str, str], dict[str, Any]] = {}
-    if cache.is_file():
-        for line in cache.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                done[(r["route"], r["mode"], r["id"])] = r
+    done: dict[tuple[str, str, str], dict[str, Any]] = {(r["route"], r["mode"], r["id"]): r for r in read_jsonl(cache)}
     todo = [(route, mode, it) for route in routes for it in items for mode in modes
             if (route, mode, it["id"]) not in done]
     title = f"Injection bench ({args.policy})"

@@ -1,6 +1,6 @@
 """Benchmark: the learned router from `agentrt learn`'s exploration runs, leave-one-suite-out (issue 20).
 
-    .venv/bin/python evals/bench/learn_bench.py A/trajectories B1/trajectories B2/trajectories \
+    .venv/bin/python -m evals.bench.learn_bench A/trajectories B1/trajectories B2/trajectories \
         [--lambda 0.3] [--folds 5] [--without index]
 
 No model runs: it reads the exploration's trajectories (each run's suite is in its task key
@@ -21,12 +21,11 @@ best fixed action's tokens; abstain precision >= 0.8, recall >= 0.5 on the unans
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from evals.bench.common import parser
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
@@ -61,7 +60,7 @@ def crossfit(examples, k: int, lam: float, folds: int) -> dict[int, object]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("trajectories", nargs="+", help="trajectory folders of `agentrt learn` explorations")
     ap.add_argument("--without", choices=("index",), help="train without these features (zeroed)")
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)

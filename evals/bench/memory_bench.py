@@ -1,6 +1,6 @@
 """Memory benchmark (not a test): retrieval quality and store speed on the pooled HotpotQA corpus.
 
-    python evals/bench/memory_bench.py [--questions 500] [--store DIR] [--skip-store]
+    python -m evals.bench.memory_bench [--questions 500] [--store DIR] [--skip-store]
 
 1. recall@10 of the gold supporting paragraphs, BM25 vs vector vs hybrid (RRF), for the first N
    questions whose 10 context paragraphs are all in the index. The index is the one
@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -24,13 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from memory.chroma import drop_collection, list_collections, open_store
+from memory.corpus import default_location, open_corpus
+from memory.embeddings import get_embedder
+from memory.ingest import hotpotqa_chunks, load_hotpotqa, make_chunk
 
-from memory.chroma import drop_collection, list_collections, open_store  # noqa: E402
-from memory.corpus import default_location, open_corpus  # noqa: E402
-from memory.embeddings import get_embedder  # noqa: E402
-from memory.ingest import hotpotqa_chunks, load_hotpotqa, make_chunk  # noqa: E402
+from evals.bench.common import parser, results_file
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -131,7 +129,7 @@ def store_section(location: str, n_queries: int, limit: int | None, reuse: bool)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--questions", type=int, default=500)
     ap.add_argument("--collection", default="hotpotqa")
     ap.add_argument("--store", default=None, help="the index built by `agentrt index --hotpotqa` (default store)")
@@ -142,16 +140,14 @@ def main() -> int:
     ap.add_argument("--store-chunks", type=int, default=None, help="store speed on the first N chunks (default all)")
     args = ap.parse_args()
     location = args.store or default_location()
-    home = Path(os.environ.get("AGENTRT_HOME") or Path.home() / ".cache" / "agentrt")
-    result_file = home / "bench" / "memory_bench.json"
     # Sections not rerun keep their last figures (--skip-store / --skip-recall runs add up).
-    out: dict = json.loads(result_file.read_text()) if result_file.is_file() else {}
+    result_file, out = results_file("memory_bench")
     out["location"] = location
     if not args.skip_recall:
         out["recall"] = recall_section(location, args.collection, args.questions, 10)
         print(json.dumps(out["recall"]), flush=True)
     if not args.skip_store:
-        speed_dir = home / "bench" / "memory-store-speed"
+        speed_dir = result_file.parent / "memory-store-speed"
         if not args.reuse_store:
             shutil.rmtree(speed_dir, ignore_errors=True)  # a fresh store: the ingest figure is a full ingest
         out["store"] = {**out.get("store", {}), **store_section(str(speed_dir), args.queries, args.store_chunks, args.reuse_store)}
@@ -161,7 +157,7 @@ def main() -> int:
         out["index_run"] = json.loads(ingest_file.read_text())
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     out["loadavg_1m_at_end"] = round(os.getloadavg()[0], 1)  # the 2 cores are shared: read latencies with this
-    (home / "bench").mkdir(parents=True, exist_ok=True)
+    result_file.parent.mkdir(parents=True, exist_ok=True)
     result_file.write_text(json.dumps(out, indent=1))
 
     from rich.console import Console

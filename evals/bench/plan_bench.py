@@ -1,6 +1,6 @@
 """Benchmark: the plan route vs direct vs reason on HotpotQA dev, and the plan's parallel efficiency.
 
-    .venv/bin/python evals/bench/plan_bench.py [--questions 100] [--budget 6000] [--cache plan_bench.jsonl]
+    .venv/bin/python -m evals.bench.plan_bench [--questions 100] [--budget 6000] [--cache plan_bench.jsonl]
         [--store DIR --collection NAME] [--pool 300] [--workers 1] [--efficiency-only] [--skip-efficiency]
 
 * Quality table: EM / F1 (SQuAD normalization), tokens per question and wall time per question for each
@@ -18,14 +18,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from rich.console import Console
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from evals.bench.common import DEFAULT_HOME, parser, read_jsonl, table
 
 ROUTES = ("plan", "direct", "reason")
 
@@ -54,17 +52,12 @@ def _corpus(args: argparse.Namespace):
 def quality(args: argparse.Namespace, console: Console) -> None:
     from agentrt import Agent
     from agentrt.core.config import load_settings
-    from agentrt.trajectory.rewards._text import exact_match, f1_score
+    from agentrt.trajectory.rewards import exact_match, f1_score
     from memory.ingest import load_hotpotqa
 
     corpus = _corpus(args)
     cache = Path(args.cache)
-    done = {}
-    if cache.is_file():
-        for line in cache.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                done[(r["id"], r["route"])] = r
+    done = {(r["id"], r["route"]): r for r in read_jsonl(cache)}
     qs = load_hotpotqa()[: args.questions]
     agent = Agent(load_settings(home=args.workdir, corpus=corpus.name))
     if args.store:  # the plan route searches this corpus wherever it lives
@@ -101,17 +94,16 @@ def quality(args: argparse.Namespace, console: Console) -> None:
     asyncio.run(run_all())
     ids = {q["_id"] for q in qs}
     complete = [i for i in ids if all((i, r) in done for r in ROUTES)]
-    table = Table(title=f"HotpotQA dev, {len(complete)} questions x 3 routes (embedded SmolLM2-135M, "
-                        f"budget {args.budget}, corpus {corpus.name}: {corpus.count()} passages, {args.workers} in flight)")
-    for col in ("route", "EM", "F1", "tokens / question", "wall s / question", "truncated"):
-        table.add_column(col)
+    t = table(f"HotpotQA dev, {len(complete)} questions x 3 routes (embedded SmolLM2-135M, "
+              f"budget {args.budget}, corpus {corpus.name}: {corpus.count()} passages, {args.workers} in flight)",
+              ("route", "EM", "F1", "tokens / question", "wall s / question", "truncated"))
     for route in ROUTES:
         rows = [done[(i, route)] for i in complete]
         n = max(1, len(rows))
-        table.add_row(route, f"{sum(r['em'] for r in rows) / n:.3f}", f"{sum(r['f1'] for r in rows) / n:.3f}",
-                      f"{sum(r['tokens'] for r in rows) / n:.0f}", f"{sum(r['wall_s'] for r in rows) / n:.1f}",
-                      str(sum(r["status"] == "truncated" for r in rows)))
-    console.print(table)
+        t.add_row(route, f"{sum(r['em'] for r in rows) / n:.3f}", f"{sum(r['f1'] for r in rows) / n:.3f}",
+                  f"{sum(r['tokens'] for r in rows) / n:.0f}", f"{sum(r['wall_s'] for r in rows) / n:.1f}",
+                  str(sum(r["status"] == "truncated" for r in rows)))
+    console.print(t)
 
 
 def efficiency(args: argparse.Namespace, console: Console) -> None:
@@ -165,16 +157,14 @@ def efficiency(args: argparse.Namespace, console: Console) -> None:
         for name, plan in modes:
             runs[name].append(once(plan))
         ratios.append(runs[modes[1][0]][-1][0] / runs[modes[0][0]][-1][0])
-    table = Table(title=f"8-searcher fan-out vs sequential, transformers batcher (embedded model, CPU, torch "
-                        f"threads {backend.threads} / wide {backend.wide_threads}), median of {args.repeat}")
-    for col in ("mode", "wall s", "tokens", "forward passes", "prompt tokens (prefix-cached)", "prefill s",
-                "decode s"):
-        table.add_column(col)
+    t = table(f"8-searcher fan-out vs sequential, transformers batcher (embedded model, CPU, torch "
+              f"threads {backend.threads} / wide {backend.wide_threads}), median of {args.repeat}",
+              ("mode", "wall s", "tokens", "forward passes", "prompt tokens (prefix-cached)", "prefill s", "decode s"))
     for name, rows in runs.items():
         wall, tokens, passes, prompt, cached, prefill_s, decode_s = (statistics.median(c) for c in zip(*rows))
-        table.add_row(name, f"{wall:.1f}", f"{tokens:.0f}", f"{passes:.0f}", f"{prompt:.0f} ({cached:.0f})",
-                      f"{prefill_s:.1f}", f"{decode_s:.1f}")
-    console.print(table)
+        t.add_row(name, f"{wall:.1f}", f"{tokens:.0f}", f"{passes:.0f}", f"{prompt:.0f} ({cached:.0f})",
+                  f"{prefill_s:.1f}", f"{decode_s:.1f}")
+    console.print(t)
     console.print(f"parallel efficiency: {statistics.median(ratios):.2f}x median "
                   f"({', '.join(f'{r:.2f}' for r in ratios)}) (target >= 3.5x)")
     # The bound of this workload on this machine: the prompt passes are the same work in both modes, so
@@ -187,11 +177,11 @@ def efficiency(args: argparse.Namespace, console: Console) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, whole=True)
     ap.add_argument("--questions", type=int, default=100)
     ap.add_argument("--budget", type=int, default=6000)
     ap.add_argument("--cache", default="plan_bench.jsonl")
-    ap.add_argument("--workdir", default=str(Path.home() / ".cache" / "agentrt" / "plan_bench"))
+    ap.add_argument("--workdir", default=str(DEFAULT_HOME / "plan_bench"))
     ap.add_argument("--store", help="an existing memory store (folder or URL) holding --collection")
     ap.add_argument("--collection", default="hotpotqa")
     ap.add_argument("--pool", type=int, default=300, help="pool the paragraphs of the first N questions")

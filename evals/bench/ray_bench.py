@@ -1,6 +1,6 @@
 """Benchmark: the Ray executor vs the local executor — items per minute and the per-item overhead Ray adds.
 
-    .venv/bin/python evals/bench/ray_bench.py [--items 300] [--model-items 20] [--cpus 2]
+    .venv/bin/python -m evals.bench.ray_bench [--items 300] [--model-items 20] [--cpus 2]
 
 Starts its own local Ray cluster (temp dir, no dashboard, 127.0.0.1) and shuts it down at the end.
 
@@ -16,7 +16,6 @@ Actor start-up (loading the runtime) is timed apart from the run. Prints one tab
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -26,10 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
+
+from evals.bench.common import parser, reuse_converted_model
 
 FACTS = ["What is the capital of France?", "What is the capital of Italy?", "What color is grass?",
          "How many days are in a week?", "What do bees make?", "Which animal says meow?",
@@ -87,12 +87,12 @@ def _run(mode: str, actors: int, inflight: int, suite: Path, policy: str, root: 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--items", type=int, default=300, help="scripted-backend items per configuration")
     ap.add_argument("--model-items", type=int, default=20, help="embedded-model items per configuration (0: skip)")
     ap.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray cluster")
     args = ap.parse_args()
-    os.environ.setdefault("AGENTRT_MODELS_DIR", str(Path.home() / ".cache" / "agentrt" / "models"))
+    reuse_converted_model()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     import ray

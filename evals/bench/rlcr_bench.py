@@ -1,7 +1,7 @@
 """Benchmark: RLCR (calibration RL) on the embedded model, base vs trained on held-out items (issue 21).
 
-    .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --seed 4   # full size (~26 min here*)
-    .venv/bin/python evals/bench/rlcr_bench.py --out /tmp/rlcr-bench --quick    # pipeline check (minutes)
+    .venv/bin/python -m evals.bench.rlcr_bench --out /tmp/rlcr-bench --seed 4   # full size (~26 min here*)
+    .venv/bin/python -m evals.bench.rlcr_bench --out /tmp/rlcr-bench --quick    # pipeline check (minutes)
 
 Data (built once, seeded, written to OUT/train.jsonl, OUT/dev.jsonl and OUT/heldout.jsonl as trl-prompts rows): a mix where the
 135M model is sometimes right: easy factual questions (evals/data/easy-dev.jsonl, qa verifier), arithmetic
@@ -33,7 +33,6 @@ every --every steps (model + optimizer) and a stopped run resumes from the newes
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -41,8 +40,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from evals.bench.common import ROOT, parser, read_jsonl, reuse_converted_model
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -54,7 +53,7 @@ ANCHORED_INSTRUCTION = ("After your answer, on a new line, state how likely it i
 
 
 def _rows(path: str) -> list[dict]:
-    return [json.loads(line) for line in (ROOT / "evals" / "data" / path).read_text().splitlines() if line.strip()]
+    return read_jsonl(ROOT / "evals" / "data" / path)
 
 
 def _row(question: str, answer, verifier: str, source: str) -> dict:
@@ -221,7 +220,7 @@ def table(base: dict, trained: dict, train_info: dict, args, load: str, held: li
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, whole=True)
     ap.add_argument("--out", default="/tmp/agentrt-rlcr-bench", help="work folder (data, checkpoints, results)")
     ap.add_argument("--quick", action="store_true", help="a pipeline check: 3 steps, 8 held-out items")
     ap.add_argument("--steps", type=int, default=40,
@@ -257,11 +256,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("AGENTRT_HOME", str(out / "home"))
-    os.environ.setdefault("AGENTRT_MODELS_DIR", str(Path.home() / ".cache" / "agentrt" / "models"))
+    reuse_converted_model()
     import torch
 
     from agentrt.core.config import load_settings
-    from agentrt.backends._embedded import EMBEDDED_NAME, embedded_model_path
+    from agentrt.backends.embedded import EMBEDDED_NAME, embedded_model_path
     from agentrt.train.grpo import read_prompt_rows, rlcr_rows, train_grpo
     from agentrt.train.watch import HeldOut, make_watch
 

@@ -1,6 +1,6 @@
 """Benchmark: every router's accuracy, tokens and calibration on a mixed dev suite (issue 7).
 
-    .venv/bin/python evals/bench/router_bench.py [--per-suite 200,hotpotqa=500] [--actions direct,reason,plan] [--folds 2]
+    .venv/bin/python -m evals.bench.router_bench [--per-suite 200,hotpotqa=500] [--actions direct,reason,plan] [--folds 2]
         [--budget 4096] [--pool 500] [--lambda 0.3,0.1,0.05] [--split-seeds 1,2,3,4,5] [--skip-self] [--out DIR]
 
 1. Collect: every action on every question with the embedded model, resumably: each finished
@@ -22,20 +22,19 @@ Acceptance (issue 7): learned >= best fixed accuracy with <= 60% of its tokens; 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rich.console import Console  # noqa: E402
-from rich.progress import Progress  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from evals.bench.common import DEFAULT_HOME, parser, read_jsonl
 
 SUITES = ("gsm8k", "simpleqa", "ifeval", "hotpotqa")
 
@@ -110,15 +109,12 @@ async def collect(items, actions, out: Path, budget: int, workers: int, pool: in
 
     runs_path, rewarded_path = out / "runs.jsonl", out / "rewarded.jsonl"
     done = {}
-    if runs_path.exists():
-        for line in runs_path.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                if "run_id" not in r:
-                    raise SystemExit(f"{runs_path} predates run ids; delete {out} or pass another --out")
-                if r["action"] == "plan" and r.get("pool") != pool:
-                    continue  # searched another index: run it again over this one
-                done[(r["id"], r["action"])] = r
+    for r in read_jsonl(runs_path):
+        if "run_id" not in r:
+            raise SystemExit(f"{runs_path} predates run ids; delete {out} or pass another --out")
+        if r["action"] == "plan" and r.get("pool") != pool:
+            continue  # searched another index: run it again over this one
+        done[(r["id"], r["action"])] = r
     asked = sum(covered(it) for it in items)  # the suite's questions are the first dev questions, in order
     if "plan" in actions and pool < asked:
         raise SystemExit(f"--pool {pool} leaves some of the {asked} HotpotQA questions out of the index; "
@@ -208,12 +204,9 @@ async def self_decisions(items, out: Path, budget: int, lam: float) -> dict:
 
     cache = out / f"self-lambda{lam}-budget{budget}.jsonl"
     decisions = {}
-    if cache.exists():
-        for line in cache.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                cost = r.get("cost_tokens", r["decision"].get("cost_tokens", 0))
-                decisions[(r["question"], r["on_index"])] = (RouteDecision.model_validate(r["decision"]), r["ms"], cost)
+    for r in read_jsonl(cache):
+        cost = r.get("cost_tokens", r["decision"].get("cost_tokens", 0))
+        decisions[(r["question"], r["on_index"])] = (RouteDecision.model_validate(r["decision"]), r["ms"], cost)
     todo = [it for it in items if (it.question, covered(it)) not in decisions]
     if todo:
         policy = Agent(home=out / "home").policy
@@ -359,7 +352,7 @@ def splits_table(results: dict[int, list[tuple]], actions, n: int) -> Table:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--per-suite", default="200,hotpotqa=500",
                     help="questions per suite: N, or N,suite=N to size one suite apart (e.g. 200,hotpotqa=500)")
     ap.add_argument("--actions", default="direct,reason,plan")
@@ -374,7 +367,7 @@ def main() -> None:
     ap.add_argument("--skip-self", action="store_true", help="leave out the self router (it scores every question with the model)")
     ap.add_argument("--split-seeds", default="1,2,3,4,5",
                     help="seeds of the question-to-fold assignment, comma-separated; the first gets the full tables")
-    ap.add_argument("--out", default=str(Path.home() / ".cache" / "agentrt" / "bench" / "router"))
+    ap.add_argument("--out", default=str(DEFAULT_HOME / "bench" / "router"))
     args = ap.parse_args()
     import os
 

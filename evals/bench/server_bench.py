@@ -1,6 +1,6 @@
 """Benchmark: `agentrt serve` on the embedded model against the SDK, driven by the real openai client over 127.0.0.1.
 
-    .venv/bin/python evals/bench/server_bench.py [--questions 6] [--rounds 2] [--max-tokens 32]
+    .venv/bin/python -m evals.bench.server_bench [--questions 6] [--rounds 2] [--max-tokens 32]
                                                 [--requests 16] [--concurrency 1 8] [--repeats 2]
 
 Starts the server as a subprocess on a free port (stopped by PID at the end) and loads the same model
@@ -25,7 +25,6 @@ The machine is shared and noisy: compare the rows of one run, not runs with each
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import signal
@@ -42,7 +41,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[2]
+from evals.bench.common import ROOT, parser, reuse_converted_model
+
 QUESTIONS = ["What is the capital of France?", "Name a primary colour.", "What do bees make?",
              "Which planet is closest to the sun?", "What is frozen water called?", "Name a large ocean.",
              "Describe a lighthouse in one sentence.", "What is the opposite of hot?"]
@@ -186,8 +186,8 @@ def rps_sdk(agent, concurrency: int, requests: int, max_tokens: int) -> dict[str
 def part_vllm(env: dict[str, str], home: Path, args) -> list[tuple[int, dict, dict]]:
     """Requests/s at each concurrency through ``agentrt serve --policy openai:<vLLM>`` and straight to the vLLM
     server (no agentrt in between), the same model (float32, eager) on the same cores."""
-    from agentrt.backends._embedded import embedded_model_path
-    from agentrt.backends._server import start_vllm_server
+    from agentrt.backends.embedded import embedded_model_path
+    from agentrt.backends.vllm_server import start_vllm_server
     from agentrt.core.config import load_settings
 
     name = "smollm2-135m"
@@ -217,7 +217,7 @@ def part_vllm(env: dict[str, str], home: Path, args) -> list[tuple[int, dict, di
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--questions", type=int, default=6, help="distinct questions in the streaming comparison")
     ap.add_argument("--rounds", type=int, default=2, help="rounds over the questions (each through both)")
     ap.add_argument("--max-tokens", type=int, default=32, help="the answer's max_tokens in every request")
@@ -229,7 +229,7 @@ def main() -> None:
                          "and straight to that server (needs .venv-vllm: `make vllm-venv`)")
     args = ap.parse_args()
     env = dict(os.environ)
-    env.setdefault("AGENTRT_MODELS_DIR", str(Path.home() / ".cache" / "agentrt" / "models"))  # convert once
+    reuse_converted_model(env)  # convert once
     os.environ.update(env)
     from agentrt.app.agent import Agent
     from agentrt.core.config import load_settings

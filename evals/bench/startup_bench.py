@@ -1,7 +1,7 @@
 """Startup bench: how long ``agentrt run --route direct "..."`` takes from the shell to its answer on the
 embedded model, and where the time goes.
 
-    .venv/bin/python evals/bench/startup_bench.py [--runs 5] [--question "What is the capital of France?"]
+    .venv/bin/python -m evals.bench.startup_bench [--runs 5] [--question "What is the capital of France?"]
 
 Two kinds of runs, alternated so machine load hits both alike:
 
@@ -12,15 +12,14 @@ Two kinds of runs, alternated so machine load hits both alike:
   the parent stamps the process's end. The stamps go to a file, not stdout.
 
 Each probe also runs "before": the same run on transformers' model classes (``AGENTRT_HF_IMPL=transformers``,
-as every run went before the lean Llama of ``agentrt/backends/_llama.py``), for an A/B under the same load;
+as every run went before the lean Llama of ``agentrt/backends/hf/llama.py``), for an A/B under the same load;
 its import stage imports what the hf backend imported then (transformers' Auto classes and the attention
-hooks of ``_cpu_speed.py``). Prints one table of medians (seconds). Runs use a temporary ``AGENTRT_HOME``
+hooks of ``hf/cpu_speed.py``). Prints one table of medians (seconds). Runs use a temporary ``AGENTRT_HOME``
 and the converted model of ``$AGENTRT_MODELS_DIR`` (default ``~/.cache/agentrt/models``; the first run converts it there when missing).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -30,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from evals.bench.common import DEFAULT_HOME, parser
 
 PROBE = r"""
 import json, os, sys, time
@@ -53,7 +54,7 @@ BEFORE = os.environ.get("STARTUP_PROBE_BEFORE") == "1"
 def load_backend(*a, **k):
     stamp("load_called")
     if BEFORE:  # what the hf backend imported before the lean Llama: transformers' model classes
-        import agentrt.backends._lean_imports
+        import agentrt.backends.hf.lean_imports
         from transformers import AutoModelForCausalLM, AutoTokenizer, AttentionInterface
         import transformers.integrations.sdpa_attention, transformers.masking_utils
     import agentrt.backends.hf  # torch, the tokenizer's transformers and our backend: what the hf load imports
@@ -135,12 +136,12 @@ def run_probe(argv: list[str], env: dict[str, str], before: bool = False) -> dic
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--runs", type=int, default=5, help="runs of each kind (default 5)")
     ap.add_argument("--question", default="What is the capital of France?")
     args = ap.parse_args()
     exe = Path(sys.executable).with_name("agentrt")
-    models = os.environ.get("AGENTRT_MODELS_DIR") or str(Path.home() / ".cache" / "agentrt" / "models")
+    models = os.environ.get("AGENTRT_MODELS_DIR") or str(DEFAULT_HOME / "models")
     argv = ["run", "--route", "direct", args.question]
     with tempfile.TemporaryDirectory() as home:
         env = _env(home, models)
@@ -154,7 +155,7 @@ def main() -> None:
     print(f"`agentrt run --route direct {args.question!r}` on the embedded model: median (min-max) of {args.runs} "
           f"runs; load average {load:.1f} on {os.cpu_count()} CPUs")
     print("now: this tree (the lean Llama). before: the same run on transformers' model classes "
-          "(AGENTRT_HF_IMPL=transformers), as before agentrt/backends/_llama.py.")
+          "(AGENTRT_HF_IMPL=transformers), as before agentrt/backends/hf/llama.py.")
     print("CPU = user + sys seconds of the process: what the wall time approaches on an idle core\n")
     print(f"| {'stage':<26} | {'now wall s':>16} | {'now CPU s':>16} | {'before wall s':>16} | {'before CPU s':>16} |")
     print(f"|{'-' * 28}|{'-' * 18}|{'-' * 18}|{'-' * 18}|{'-' * 18}|")

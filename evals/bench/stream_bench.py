@@ -1,6 +1,6 @@
 """Token streaming on the embedded model: does asking for tokens slow the batcher, and when does text arrive?
 
-    .venv/bin/python evals/bench/stream_bench.py [--requests 4] [--tokens 64] [--rounds 3]
+    .venv/bin/python -m evals.bench.stream_bench [--requests 4] [--tokens 64] [--rounds 3]
 
 Part 1, the batcher: ``--requests`` concurrent greedy chats of ``--tokens`` tokens, without and with a
 ``GenParams.on_token`` callback (rounds alternate, best round kept), same prompts, same tokens. Prints
@@ -13,10 +13,11 @@ the load; compare the two columns of one run, not runs with each other.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import time
+
+from evals.bench.common import parser
 
 PROMPTS = ["Write a short poem about the sea.", "Explain what a lighthouse does.", "Describe a city at night.",
            "Tell a story about a robot learning to paint.", "What is the capital of France?",
@@ -43,11 +44,11 @@ async def _round(backend, params, n: int, stream: bool) -> tuple[float, int, flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=4)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--requests", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
 
     from agentrt import Agent
     from agentrt.app.events import Answer, TokenDelta

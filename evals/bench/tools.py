@@ -1,6 +1,6 @@
 """Tool overheads on this machine: sandbox round trip, calculator, call parsing, loop bookkeeping.
 
-    .venv/bin/python evals/bench/tools.py
+    .venv/bin/python -m evals.bench.tools
 
 Prints one table. The model is not involved (the loop row uses the scripted backend), so these are
 the costs tools add on top of generation.
@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from agentrt.backends.scripted import ScriptedBackend  # noqa: E402
-from agentrt.routes.toolcall import run_tool_loop  # noqa: E402
-from tools import execute, parse_tool_calls  # noqa: E402
-from tools.calculator import calculator, evaluate  # noqa: E402
-from tools.python import SandboxLimits, run_python  # noqa: E402
+from agentrt.backends.scripted import ScriptedBackend
+from agentrt.routes.toolcall import run_tool_loop
+from tools import execute, parse_tool_calls
+from tools.calculator import calculator, evaluate
+from tools.python import SandboxLimits, run_python
 
 
 def timed(fn, repeat: int) -> list[float]:

@@ -1,6 +1,6 @@
 """Trajectory store, rewards and exports: how fast, on this machine. Prints a table.
 
-    .venv/bin/python evals/bench/trajectory_bench.py [--records 2000]
+    .venv/bin/python -m evals.bench.trajectory_bench [--records 2000]
 
 Rows: appends per second (1 process; 4 processes; fsync each), full read, index lookup vs scan,
 reward checks per second per verifier, export rows per second (verl-tokens / trl-sft parquet).
@@ -8,10 +8,8 @@ reward checks per second per verifier, export rows per second (verl-tokens / trl
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,22 +17,50 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "agentrt"))
+from evals.bench.common import parser
+
+
+def _call(name: str, messages: list, prompt_ids: list[int], completion_ids: list[int], text: str,
+          logprobs: list[float]) -> dict:
+    return {
+        "kind": "model_call", "name": name, "backend": "test", "model": "m", "messages": messages,
+        "prompt_token_ids": prompt_ids, "completion_token_ids": [completion_ids],
+        "completion_logprobs": [logprobs], "completions": [text], "finish_reasons": ["stop"],
+        "loss_mask": [[1] * len(completion_ids)], "latency_s": 0.1,
+        "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion_ids)},
+    }
 
 
 def _record(run_id: str):
-    from test_export import multi_turn_record  # the same realistic multi-turn record the tests use
+    """A tool-using GSM8K-style run (search call, calculator, answer call) with 300-token prompts: the
+    multi-turn record of tests/agentrt/test_export.py, built here so the bench does not import the tests."""
+    from agentrt.trajectory import TaskInfo, TrajectoryRecord, tool_call_step
 
-    rec = multi_turn_record(run_id)
-    rec.steps[1]["prompt_token_ids"] = list(range(300))  # a realistic prompt size
-    rec.steps[3]["prompt_token_ids"] = list(range(300)) + [10, 11, 12, 20, 21]
-    return rec
+    q = "What is 3 + 4?"
+    m1 = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": q}]
+    m2 = m1 + [{"role": "assistant", "content": "calc(3+4)"}, {"role": "tool", "content": "7"}]
+    p1 = list(range(300))  # a realistic prompt size
+    steps = [
+        {"kind": "route_decision", "route": "plan", "propensity": 0.7, "probabilities": {"plan": 0.7, "direct": 0.3},
+         "features": {"chars": 14}},
+        _call("search", m1, p1, [10, 11, 12], "calc(3+4)", [-0.1, -0.2, -0.3]),
+        tool_call_step("calculator", {"expression": "3+4"}, "7", latency_s=0.01),
+        _call("answer", m2, p1 + [10, 11, 12, 20, 21], [30, 31], "7", [-0.4, -0.5]),
+    ]
+    tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object",
+              "properties": {"expression": {"type": "string"}}}}}]
+    task = TaskInfo(data_source="gsm8k", ability="math", ground_truth="#### 7", verifier="numeric", prompt_id="toy-1")
+    return TrajectoryRecord(
+        run_id=run_id, created_at=time.time(), question=q, route="plan", steps=steps, answer="7",
+        budget={"total": 500, "spent": 100}, usage={"prompt_tokens": 60, "completion_tokens": 40, "total_tokens": 100},
+        timings={"wall_s": 0.5}, status="ok", task=task, reward=None, tools=tools,
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=2000)
-    args = parser.parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--records", type=int, default=2000)
+    args = ap.parse_args()
     from agentrt.trajectory.export import export
     from agentrt.trajectory.rewards import score
     from agentrt.trajectory import TrajectoryWriter, find_record, read_trajectories

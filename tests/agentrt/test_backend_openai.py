@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agentrt.backends import load_backend
-from agentrt.backends._server import free_port, start_vllm_server
+from agentrt.backends.vllm_server import free_port, start_vllm_server
 from agentrt.backends.openai import OpenAIBackend
 from agentrt.core.config import Settings
 from agentrt.core.errors import BackendError, ConfigError
@@ -33,7 +33,7 @@ NAME = "smol"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from agentrt.backends._embedded import embedded_model_path
+    from agentrt.backends.embedded import embedded_model_path
 
     srv = start_vllm_server(embedded_model_path(Settings().models_dir), name=NAME,
                             tmp=tmp_path_factory.mktemp("vllm-server"))

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentrt.backends._server import free_port
+from agentrt.backends.vllm_server import free_port
 from agentrt.core.errors import BackendError
 
 CHROMA = Path(sys.executable).parent / "chroma"

@@ -15,7 +15,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from agentrt.backends._server import free_port
+from agentrt.backends.vllm_server import free_port
 from agentrt.backends.openai import OpenAIBackend
 from agentrt.core.types import GenParams, Message
 

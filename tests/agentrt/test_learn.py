@@ -89,7 +89,8 @@ def test_policy_mismatch_warns_once_and_marks_decisions_uncalibrated(tmp_path, a
     # the same file, for the policy it was trained for: calibrated, no warning
     fp = registry.policy_fingerprint(ScriptedBackend(["x"]))
     mine = _router_file(tmp_path, fp.id, "mine.json")
-    r = Agent(policy=ScriptedBackend(["Paris"])).run("What is the capital of France?", budget=300, router=f"learned:{mine}")
+    # (a question like its training ones: every one of those named a number, so "...of France?" has no evidence)
+    r = Agent(policy=ScriptedBackend(["Paris"])).run("What is the capital of country 3?", budget=300, router=f"learned:{mine}")
     assert r.decision["calibrated"] is True and r.decision["router"] == "learned"
     assert "trained for policy" not in capsys.readouterr().err
 

@@ -1,4 +1,4 @@
-"""The lean Llama (agentrt/backends/_llama.py) against transformers' own model on the real SmolLM2-135M weights:
+"""The lean Llama (agentrt/backends/hf/llama.py) against transformers' own model on the real SmolLM2-135M weights:
 logits, greedy tokens through the batcher, the fallback to transformers and the setting that forces it."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrt.backends._kvcache import LeanCache, new_cache
-from agentrt.backends._llama import ENV_IMPL, LeanLlama, lean_config
-from agentrt.backends.hf_runner import ModelRunner
-from agentrt.backends.hf_scheduler import BatcherStats
+from agentrt.backends.hf.kvcache import LeanCache, new_cache
+from agentrt.backends.hf.llama import ENV_IMPL, LeanLlama, lean_config
+from agentrt.backends.hf.runner import ModelRunner
+from agentrt.backends.hf.scheduler import BatcherStats
 from agentrt.core.errors import ConfigError
 from agentrt.core.types import GenParams, Message
 from _backend_cases import PROMPTS

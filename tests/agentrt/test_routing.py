@@ -51,7 +51,7 @@ def test_rules_router_decisions(question, expected):
 
     d = RulesRouter(Settings()).decide_sync(question, extract(question), 1024)
     assert d.action in expected, d.reason
-    assert set(d.p_success) == {"direct", "reason", "plan", "ask", "abstain"}
+    assert set(d.p_success) == {"direct", "reason", "plan", "read", "ask", "abstain"}
     assert d.reason.startswith(d.action)
 
 

@@ -7,12 +7,11 @@ import json
 
 import pytest
 
-from agentrt.app.inputs import check_answer_options
 from agentrt.app.server_request import ChatRequest, RequestError, call_schema, conversation, offered_tools
 from agentrt.app.server_stream import remainder
 from agentrt.core.errors import InputError
 from agentrt.core.types import GenParams
-from agentrt.routes.context import RouteOptions
+from agentrt.core.request import AnswerOptions
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -63,7 +62,7 @@ def test_the_call_schema_admits_exactly_the_offered_calls():
 
 
 def test_answer_knobs_shape_only_the_answer_calls():
-    opts = RouteOptions(**check_answer_options(5, "END", 0.9, 2, {"type": "object"}))
+    opts = AnswerOptions(max_tokens=5, stop="END", top_p=0.9, n=2, json_schema={"type": "object"})
     answer = opts.shape("answer", GenParams(max_tokens=128, stop=["\n"]))
     assert (answer.max_tokens, answer.stop, answer.top_p, answer.n, answer.json_schema) == (
         5, ["\n", "END"], 0.9, 2, {"type": "object"})
@@ -73,16 +72,18 @@ def test_answer_knobs_shape_only_the_answer_calls():
     assert sample.max_tokens == 5 and sample.n == 1 and sample.json_schema is None
 
 
-@pytest.mark.parametrize("args, words", [
-    ((0, None, None, 1, None), "max_tokens"),
-    ((None, [""], None, 1, None), "stop"),
-    ((None, None, 1.5, 1, None), "top_p"),
-    ((None, None, None, 0, None), "n must be"),
-    ((None, None, None, 1, "{}"), "json_schema"),
+@pytest.mark.parametrize("knob, words", [
+    ({"max_tokens": 0}, "max_tokens must be a positive number of tokens, got 0"),
+    ({"stop": [""]}, "stop must be a non-empty string"),
+    ({"top_p": 1.5}, r"top_p must be in \(0, 1\], got 1.5"),
+    ({"n": 0}, "n must be an integer from 1 to 16, got 0"),
+    ({"json_schema": "{}"}, "json_schema must be a JSON object"),
 ])
-def test_bad_answer_knobs_are_one_clear_error(args, words):
+def test_bad_answer_knobs_are_one_clear_error(knob, words):
+    from agentrt.core.request import RunRequest
+
     with pytest.raises(InputError, match=words):
-        check_answer_options(*args)
+        RunRequest.from_kwargs("hi", **knob)
 
 
 @pytest.mark.parametrize("streamed, answer, rest", [

@@ -75,7 +75,7 @@ def test_text_inside_think_tags_is_a_thought_even_in_an_answer_call():
 
     async def main():
         ctx = RunContext("r", "q", Budget(10), ScriptedBackend(), None, on_event=seen.append, route="direct")
-        d = CallDeltas(ctx, "answer", thought=False)
+        d = CallDeltas(ctx.say, "answer", thought=False)
         for piece in ["<th", "ink>I should", " say Paris</", "think>", "Paris", "<", "!"]:
             d.on_token(0, piece)
         d.on_token(1, "another choice")  # only the first choice streams
@@ -171,7 +171,7 @@ def test_a_reasoning_servers_thinking_streams_as_thought(reasoning_server, agent
 # -- the hf batcher's incremental text (real tokenizer, real model) ----------------------------------------
 @pytest.mark.slow
 def test_incremental_text_equals_the_full_decode(embedded):
-    from agentrt.backends._detok import TextStream
+    from agentrt.backends.hf.detok import TextStream
 
     tok = embedded.tokenizer
     rng = random.Random(7)

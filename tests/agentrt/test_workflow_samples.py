@@ -8,7 +8,8 @@ from agentrt.backends.scripted import ScriptedBackend
 from agentrt.core.budget import Budget
 from agentrt.core.config import Settings
 from agentrt import Agent
-from agentrt.routes.context import RouteOptions, RunContext
+from agentrt.core.request import AnswerOptions
+from agentrt.routes.context import RunContext
 from agentrt.routes.reason import run as reason
 from agentrt.routes.sampling import normalize, select
 
@@ -25,7 +26,7 @@ def test_verifier_beats_the_majority():
 
 def test_reason_samples_is_one_batched_call_and_backward_compatible():
     backend = ScriptedBackend(["thinking hard </think> Final answer: 7"])
-    ctx = RunContext("r", "What is 3+4?", Budget(4000), backend, Settings(), options=RouteOptions(samples=5))
+    ctx = RunContext("r", "What is 3+4?", Budget(4000), backend, Settings(), options=AnswerOptions(samples=5, confidence="off"))
     out = asyncio.run(reason(ctx, "What is 3+4?"))
     assert out.answer == "7" and len(backend.calls) == 1
     params = backend.calls[0][1]

@@ -1,6 +1,6 @@
-"""evals/bench/cluster_bench.py without the cluster: its --help, its checks on a run's files, and that what it
-starts it stops (real processes, no model). The full bench (two vLLM servers, Ray, Chroma) is run by hand:
-its table is in docs/scale.md."""
+"""The cluster bench (``python -m evals.bench.cluster_bench``) without the cluster: its --help, its checks on a
+run's files, and that what it starts it stops (real processes, no model). The full bench (two vLLM servers,
+Ray, Chroma) is run by hand: its table is in docs/scale.md."""
 
 from __future__ import annotations
 
@@ -14,15 +14,13 @@ from pathlib import Path
 import psutil
 
 from agentrt.trajectory.schema import SCHEMA_VERSION
+from evals.bench import cluster_bench
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "evals" / "bench"))
-
-import cluster_bench  # noqa: E402
 
 
 def test_help_documents_every_option():
-    out = subprocess.run([sys.executable, str(ROOT / "evals" / "bench" / "cluster_bench.py"), "--help"],
+    out = subprocess.run([sys.executable, "-m", "evals.bench.cluster_bench", "--help"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     for action in cluster_bench.build_parser()._actions:

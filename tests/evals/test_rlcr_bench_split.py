@@ -3,21 +3,15 @@ held-out items never share a question, each kind keeps its share, and a seed giv
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
     saved = dict(os.environ)
     try:
-        spec = importlib.util.spec_from_file_location("rlcr_bench", ROOT / "evals" / "bench" / "rlcr_bench.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:  # the script sets thread defaults for itself: keep them out of this process
+        return importlib.import_module("evals.bench.rlcr_bench")
+    finally:  # the bench sets thread defaults for itself on import: keep them out of this process
         os.environ.clear()
         os.environ.update(saved)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from agentrt.core.protocols import Closable
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("chat", help="chat with the agent in the terminal (/help inside)")
@@ -37,6 +39,6 @@ def _close(agent) -> None:
     """Stop the backend's worker before the interpreter exits: a cancelled turn may still be decoding in it,
     and a daemon thread inside torch at shutdown aborts the process."""
     policy = agent._policy
-    if policy is None or not hasattr(policy, "close"):
+    if not isinstance(policy, Closable):
         return
     policy.close()  # the hf backend joins its batcher thread here

@@ -22,6 +22,7 @@ import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from agentrt.core.config import Settings
 
 DEMO_CORPUS = "sample"  # the collection the demo (and the README's examples) index the bundled corpus into
 
@@ -39,7 +40,7 @@ def load_questions() -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def index_sample_corpus(settings: Any) -> int:
+def index_sample_corpus(settings: Settings) -> int:
     """Index agentrt/data/sample_corpus.jsonl into the collection 'sample' (a no-op once done); passages."""
     from agentrt.app.corpus import index_path
 

@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sft-status", action="append", metavar="STATUS",
                    help="trl-sft: run statuses to keep (repeatable; default ok: no cancelled, failed or empty runs)")
     p.add_argument("--min-reward", type=float, help="trl-sft: keep only runs whose reward is at least this")
+    p.add_argument("--include-failed", action="store_true",
+                   help="keep runs without a real answer (status no_answer, failed, cancelled, or an empty / raw tool "
+                        "output answer); by default they are left out and counted in the summary")
     p.set_defaults(func=cmd_export)
 
     t = sub.add_parser("train-policy", help="train the policy from exported data (GRPO with TRL, CPU)")
@@ -79,7 +82,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
         raise InputError("--min-group must be >= 1")
     report = export(records, args.format, args.out, min_group=args.min_group,
-                    sft_statuses=args.sft_status or ("ok",), min_reward=args.min_reward)
+                    sft_statuses=args.sft_status or ("ok",), min_reward=args.min_reward,
+                    include_failed=args.include_failed)
     for line in problems + report.problems:
         print(f"agentrt: warning: {line}", file=sys.stderr)
     if read.quarantined:
@@ -158,7 +162,7 @@ def _watch(args: argparse.Namespace, out: str):
 
     model_dir = args.model_dir
     if model_dir is None:
-        from agentrt.backends._embedded import embedded_model_path
+        from agentrt.backends.embedded import embedded_model_path
 
         model_dir = embedded_model_path(load_settings(args.config).models_dir)
     ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).requires_grad_(False)

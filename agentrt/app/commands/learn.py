@@ -21,11 +21,12 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from agentrt.core.config import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("learn", help="explore, train the router off-policy, evaluate it held out, promote if better")
-    p.add_argument("suites", nargs="+", metavar="SUITE",
+    p.add_argument("suites", nargs="*", metavar="SUITE",
                    help="built-in suite (gsm8k, simpleqa, ifeval, math500, unanswerable, ...), FILE.jsonl, "
                         "or a folder of logged trajectories with rewards")
     p.add_argument("--limit", type=int, help="first K items of each suite")
@@ -35,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=0.1,
                    help="softmax temperature over the incumbent's utilities (default 0.1)")
     p.add_argument("--lambda", dest="lam", type=float, default=0.3, help="token price in the utility (default 0.3)")
+    p.add_argument("--min-runs", type=int, default=None,
+                   help="runs each action should reach: exploration gives the short ones a minimum share of the "
+                        "runs to come (default 30, what the trainer wants per action; 0: no shares)")
     p.add_argument("--holdout", type=float, default=0.3, help="share of questions held out for evaluation (default 0.3)")
     p.add_argument("--folds", type=int, default=5, help="cross-fitting folds on the training slice (default 5)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap rounds of the intervals (default 1000)")
@@ -48,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--explore-only", action="store_true", help="run the exploration, do not train")
     p.add_argument("--no-promote", action="store_true", help="register the candidate but never promote it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--traffic", action="store_true",
+                   help="learn from this home's own runs with feedback instead of suites: train a candidate and "
+                        "observe it in shadow, or judge the observed one and promote it (agentrt.train.traffic)")
     p.set_defaults(func=cmd_learn)
 
 
@@ -63,6 +70,8 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError("--epsilon must be in [0, 1]; --temperature and --lambda must be >= 0")
     if not 0 < args.holdout < 1:
         raise InputError(f"--holdout must be between 0 and 1 (a share of questions), got {args.holdout}")
+    if getattr(args, "min_runs", None) is not None and args.min_runs < 0:
+        raise InputError(f"--min-runs must be 0 (no shares) or more, got {args.min_runs}")
     if args.folds < 2:
         raise InputError("--folds must be at least 2")
 
@@ -137,11 +146,14 @@ class ExploreRouter:
 FREE_ACTIONS = ("abstain",)
 
 
-def explore(args: argparse.Namespace, settings: Any, suites: list[Any], out: Path, incumbent: str) -> Path:
-    """Run (or resume) the exploration; returns the trajectory folder."""
+def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out: Path, incumbent: str,
+            have: dict[str, int] | None = None) -> Path:
+    """Run (or resume) the exploration; returns the trajectory folder. ``have``: runs per action already
+    logged (the folders given beside the suites): the actions short of ``--min-runs`` get a minimum share."""
     import asyncio
 
     from agentrt.app.agent import Agent
+    from agentrt.core.types import INDEX_ROUTES
     from agentrt.routing import ACTIONS, UtilityConfig, make_router
     from agentrt.routing.rules import FixedRouter
     from agentrt.routes.index import corpus_signals
@@ -151,9 +163,20 @@ def explore(args: argparse.Namespace, settings: Any, suites: list[Any], out: Pat
     # plan searches the private index: explore it only when one exists for settings.corpus (the suites' own
     # corpus file is indexed first, so a fresh home explores plan on a suite that names one)
     prepare_corpus(settings, [item for s in suites for item in s.items[:args.limit]])
-    actions = tuple(a for a in ACTIONS if a != "plan" or corpus_signals(settings) is not None)
+    actions = tuple(a for a in ACTIONS if a not in INDEX_ROUTES or corpus_signals(settings) is not None)
+    from agentrt.train.router import MIN_RUNS_PER_ACTION, explore_shares
+
+    planned = sum(len(s.items[:args.limit]) for s in suites) * args.samples
+    minimum = MIN_RUNS_PER_ACTION if getattr(args, "min_runs", None) is None else args.min_runs
+    free = FREE_ACTIONS if args.free_abstain else ()
+    shares = explore_shares(have or {}, planned, actions, free=free, minimum=minimum)
+    if shares:
+        print("exploring: minimum shares so every action gets runs (want >= "
+              f"{minimum} each): " + ", ".join(f"{a} {v:.0%} (~{v * planned:.0f} runs)" for a, v in shares.items()),
+              file=sys.stderr)
     cfg = UtilityConfig(lam=args.lam, temperature=args.temperature, epsilon=args.epsilon, actions=actions,
-                        floors={a: 0.0 for a in ACTIONS})  # exploring: every action stays possible
+                        floors={a: 0.0 for a in ACTIONS},  # exploring: every action stays possible
+                        min_share=shares)
     agent = Agent(settings)
     router = make_router(incumbent, settings, policy=agent.policy, cfg=cfg)
     trajectories = out / "trajectories"
@@ -196,6 +219,7 @@ def _provenance_extra(args: argparse.Namespace, suites: list[Any], logged: list[
     if suites:
         extra["explore"] = {"suites": [s.name for s in suites], "budget": args.budget, "epsilon": args.epsilon,
                             "temperature": args.temperature, "limit": args.limit, "samples": args.samples,
+                            "min_runs": args.min_runs,
                             "free_abstain": args.free_abstain, "logging_router": args.logging_router or incumbent}
     if logged:
         extra["logged"] = [str(p) for p in logged]
@@ -209,6 +233,10 @@ def cmd_learn(args: argparse.Namespace) -> int:
     from agentrt.train.learn import Incumbent, learn_round, reliability_markdown
 
     _check(args)
+    if args.traffic or not args.suites:
+        from agentrt.app.commands._traffic import cmd_traffic
+
+        return cmd_traffic(args)
     suites, logged = _load_suites(args.suites)  # bad input fails before the model loads
     settings = load_settings(args.config, policy=args.policy)
     fingerprint = registry.policy_fingerprint(None, settings.policy)
@@ -218,7 +246,10 @@ def cmd_learn(args: argparse.Namespace) -> int:
     paths = list(logged)
     if suites:
         spec = args.logging_router or (f"learned:{entry.path}" if incumbent.entry else "rules")
-        paths.append(explore(args, settings, suites, out, spec))
+        have: dict[str, int] = {}
+        for e in (_examples(logged) if logged else []):
+            have[e.action] = have.get(e.action, 0) + 1
+        paths.append(explore(args, settings, suites, out, spec, have))
     if args.explore_only:
         print(f"exploration done: trajectories in {out / 'trajectories'}")
         return 0
@@ -257,8 +288,7 @@ def _print(report: Any, incumbent: str) -> None:
     print(f"value on train {report.train_value:+.4f} vs held out {report.candidate.value:+.4f}; "
           f"action mix drift from {incumbent}: {report.drift:.2f}")
     v = report.verdict
-    print(f"candidate {report.version} vs {incumbent}: difference {v.difference:+.4f} "
-          f"[{v.interval[0]:+.4f}, {v.interval[1]:+.4f}]")
+    print(f"candidate {report.version} vs {incumbent}: " + "; ".join(v.lines()))
     if report.promoted:
         print(f"promoted {report.version}: it is now the default router for this policy (undo: agentrt router rollback)")
     elif v.promote:

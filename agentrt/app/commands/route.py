@@ -70,20 +70,33 @@ def cmd_route(args: argparse.Namespace) -> int:
         ctx = RunContext("route", args.question, Budget(args.budget), policy, settings)
         scorer = ctx.score
     router = make_router(settings.router, settings, policy=policy, scorer=scorer)
-    decision = asyncio.run(router.decide(args.question, extract(args.question), args.budget))
+    from agentrt.routes.index import corpus_signals  # what a run's router sees: the index's coverage too
+
+    features = extract(args.question, index=corpus_signals(settings))
+    decision = asyncio.run(router.decide(args.question, features, args.budget))
     if args.json:
         print(decision.model_dump_json())
         return 0
     table = Table(title=f"router {decision.router} — budget {args.budget}, lambda {settings.router_lambda}")
-    for col in ("action", "p_success", "expected tokens", "utility", "P(choose)"):
-        table.add_column(col, justify="right" if col != "action" else "left")
+    floors = getattr(getattr(router, "cfg", None), "floors", None) or settings.router_floors or {}
+    for col in ("action", "p_success", "evidence (runs)", "floor", "expected tokens", "utility", "P(choose)",
+                "excluded because"):
+        table.add_column(col, justify="left" if col in ("action", "excluded because") else "right")
     for a in decision.probabilities:
         mark = " <" if a == decision.action else ""
-        table.add_row(a + mark, _fmt(decision.p_success.get(a)), _fmt(decision.expected_tokens.get(a), 0),
-                      _fmt(decision.utility.get(a)), _fmt(decision.probabilities.get(a)))
+        table.add_row(a + mark, _fmt(decision.p_success.get(a)), _fmt(decision.evidence.get(a), 1),
+                      _fmt(floors.get(a)), _fmt(decision.expected_tokens.get(a), 0), _fmt(decision.utility.get(a)),
+                      _fmt(decision.probabilities.get(a)), decision.excluded.get(a, ""))
     console = Console()
     console.print(table)
     console.print(f"chosen: [bold]{decision.action}[/bold] (propensity {decision.propensity:.2f}) — {decision.reason}")
+    higher = [a for a, u in decision.utility.items() if u > decision.utility.get(decision.action, 0.0)]
+    if higher:  # say why a higher utility lost, or the table reads as a wrong choice
+        console.print("not chosen despite a higher utility: " + "; ".join(
+            f"{a}: {decision.excluded.get(a, 'not eligible')}" for a in higher), markup=False)
+    console.print(f"state: {decision.state}" + (f"; fallback: {decision.fallback}" if decision.fallback else "")
+                  + (f"; shadow candidate {decision.shadow.get('router_version')} would choose "
+                     f"{decision.shadow.get('action')}" if decision.shadow else ""), markup=False)
     if ctx is not None:
         console.print(f"the decision itself cost {ctx.budget.spent} tokens of the budget (label scoring)")
     cues = {k: v for k, v in decision.features.items() if v}

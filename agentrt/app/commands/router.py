@@ -49,27 +49,42 @@ def cmd_list(args: argparse.Namespace) -> int:
     in_use = registry.resolve_default(home, fp)
     state = registry.history(home)
     current = {vs[-1] for vs in state.values() if vs}
+    # observe mode: the candidate deciding in shadow, and the verdicts of those already judged on traffic
+    observed = {r.get("version"): r for r in registry.observe_state(home).values()}
     rows = []
     for e in registry.entries(home):
         h = e.provenance.get("heldout") or {}
         status = ("in use" if in_use and e.version == in_use.version else
                   "promoted" if e.version in current else "shipped" if e.shipped else
                   "previously promoted" if any(e.version in vs for vs in state.values()) else "candidate")
+        watch = observed.get(e.version) or {}
+        if watch.get("status") == "observing":
+            status = "observing (shadow)"
+        elif watch.get("status") == "refused" and status == "candidate":
+            status = "refused on traffic"
         rows.append({"version": e.version, "status": status, "policy": e.fingerprint_id or "-",
                      "date": e.provenance.get("date", "-"), "runs": (e.provenance.get("runs") or {}).get("total"),
                      "value": h.get("value"), "ece": h.get("ece"),
                      "verdict": "; ".join((e.provenance.get("verdict") or {}).get("reasons") or []) or
-                                ("promote" if (e.provenance.get("verdict") or {}).get("promote") else "-")})
+                                ("promote" if (e.provenance.get("verdict") or {}).get("promote") else "-"),
+                     "observe": watch or None})
     if args.json:
-        print(json.dumps({"policy": fp.id, "in_use": in_use.version if in_use else "rules", "routers": rows}))
+        watched = registry.observing(home, fp.id)
+        print(json.dumps({"policy": fp.id, "in_use": in_use.version if in_use else "rules",
+                          "observing": watched.version if watched else None, "routers": rows}))
         return 0
     table = Table(title=f"routers (policy {fp.id}: {in_use.version if in_use else 'rules'} in use)")
     for col in ("version", "status", "policy", "date", "runs", "held-out value", "ECE", "learn's verdict"):
         table.add_column(col)
     for r in rows:
+        verdict = r["verdict"]
+        if r["observe"] and r["observe"].get("verdict"):  # judged on traffic, in shadow: that verdict counts
+            v = r["observe"]["verdict"]
+            verdict = (f"traffic ({r['observe'].get('observed')} runs): difference {v['difference']:+.4f} "
+                       f"[{v['interval'][0]:+.4f}, {v['interval'][1]:+.4f}]; " + ("; ".join(v["reasons"]) or "promote"))
         table.add_row(r["version"], r["status"], r["policy"], str(r["date"]), str(r["runs"] or "-"),
                       "-" if r["value"] is None else f"{r['value']:+.4f}", "-" if r["ece"] is None else f"{r['ece']:.4f}",
-                      r["verdict"][:80])
+                      verdict[:100])
     Console(width=max(150, Console().width)).print(table)
     return 0
 
@@ -82,7 +97,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     if entry is None:
         print(f"no learned router for policy {fp.id}: the rules decide (train one with `agentrt learn`)")
         return 0
-    print(json.dumps({"version": entry.version, "file": str(entry.path), "provenance": entry.provenance}, indent=1))
+    observe = next((r for r in registry.observe_state(home).values() if r.get("version") == entry.version), None)
+    try:  # out-of-fold calibration apart for the runs with and without evidence (files since issue 39)
+        by_evidence = (json.loads(entry.path.read_text()).get("metrics") or {}).get("by_evidence")
+    except (OSError, ValueError):
+        by_evidence = None
+    print(json.dumps({"version": entry.version, "file": str(entry.path), "provenance": entry.provenance,
+                      "observe": observe, "by_evidence": by_evidence}, indent=1))
     return 0
 
 

@@ -9,12 +9,19 @@ the seconds of importing torch and loading the weights. ``--corpus`` is resolved
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentrt.core.types import ROUTES
+from agentrt.core.config import Settings
+from agentrt.core.confidence import CONFIDENCE_MODES
+from agentrt.core.request import RunHooks, RunRequest
+from agentrt.core.types import INDEX_ROUTES, ROUTES
+
+if TYPE_CHECKING:  # the command imports the agent (and its model stack) only when it runs
+    from agentrt.app.agent import Agent
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_corpus_arg(p)
     add_confidence_arg(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON (citations under \"sources\")")
+    p.add_argument("--quiet", action="store_true", help="no live view on a terminal: print the answer when done")
     p.set_defaults(func=cmd_run)
 
 
@@ -48,7 +56,7 @@ CONFIDENCE_HELP = ("ask the policy how sure it is (a number in [0, 1], stripped 
 
 def add_confidence_arg(p: argparse.ArgumentParser) -> None:
     """``--confidence off|tail|grammar|scored``: the run's stated-confidence mode (``Settings.confidence``)."""
-    p.add_argument("--confidence", choices=["off", "tail", "grammar", "scored"], help=CONFIDENCE_HELP)
+    p.add_argument("--confidence", choices=list(CONFIDENCE_MODES), help=CONFIDENCE_HELP)
 
 
 def add_corpus_arg(p: argparse.ArgumentParser) -> None:
@@ -56,61 +64,63 @@ def add_corpus_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", metavar="NAME|PATH", help=CORPUS_HELP)
 
 
-def _agent(args: argparse.Namespace, **checks: Any):
+def _agent(args: argparse.Namespace, **checks: Any) -> Agent:
     """The Agent for a command, after ``preflight`` passed (``checks``: its keyword arguments)."""
+    return _agent_and_request(args, **checks)[0]
+
+
+def _agent_and_request(args: argparse.Namespace, **checks: Any) -> tuple[Agent, RunRequest]:
+    """The Agent for a command and the request ``preflight`` validated."""
     from agentrt.app.agent import Agent
     from agentrt.core.config import load_settings
 
     settings = load_settings(args.config, policy=getattr(args, "policy", None), planner=getattr(args, "planner", None),
                              router=getattr(args, "router", None))
-    preflight(settings, corpus=getattr(args, "corpus", None), **checks)
-    return Agent(settings)
+    req = preflight(settings, corpus=getattr(args, "corpus", None), **checks)
+    return Agent(settings), req
 
 
-def preflight(settings: Any, *, question: str | None = None, budget: int | None = None, route: str | None = None,
-              routers: list[str] | None = None, thinking_cap: int | None = None, samples: int = 1,
-              corpus: str | None = None) -> None:
-    """Validate what a command will run with, loading no model (a UserError, exit code 2, when wrong).
+def preflight(settings: Settings, *, question: str | None = None, budget: int | None = None,
+              route: str | None = None, routers: list[str] | None = None, thinking_cap: int | None = None,
+              samples: int = 1, corpus: str | None = None, confidence: str | None = None) -> RunRequest:
+    """Validate what a command will run with, loading no model (a UserError, exit code 2, when wrong);
+    returns the run's request (``RunRequest``; a command without a question, chat, eval, rollout, gets
+    one whose options its questions will share).
 
-    Backend specs; the question (non-empty valid Unicode); budget, route, thinking cap, samples; the router
-    specs (``routers``, default ``[settings.router]``; none when ``route`` skips the router): their form, the file of
-    ``learned:PATH``, and that ``self`` has a policy that can score (hf); the question's length against the
-    policy's context and the budget, counted with its tokenizer alone (``check_length``); last, the corpus:
-    ``corpus`` (``--corpus NAME|PATH``) must name a collection that exists or files to index (indexed here,
-    once; ``settings.corpus`` is set to the collection), else ``settings.corpus`` must be a valid name and,
+    Backend specs; the request (the question non-empty valid Unicode; budget, route, thinking cap, samples,
+    confidence: ``RunRequest``'s fields and limits); the router specs (``routers``, default
+    ``[settings.router]``; none when ``route`` skips the router): their form, the file of ``learned:PATH``,
+    and that ``self`` has a policy that can score (hf); the question's length against the policy's context
+    and the budget, counted with its tokenizer alone (``check_length``); last, the corpus: ``corpus``
+    (``--corpus NAME|PATH``) must name a collection that exists or files to index (indexed here, once;
+    ``settings.corpus`` is set to the collection), else ``settings.corpus`` must be a valid name and,
     when the plan route will search it, exist.
     """
-    from agentrt.app.inputs import check_request
-    from agentrt.backends import parse_spec
-    from agentrt.core.errors import ConfigError, InputError
+    from agentrt.backends import can_score, parse_spec
+    from agentrt.core.errors import ConfigError
 
     for spec in (settings.policy, settings.planner):
         if spec is not None:
             parse_spec(spec.strip())
-    total = settings.budget if budget is None else budget
-    if question is not None:
-        check_request(question, None, None, total, route, thinking_cap, samples, None)
-    elif isinstance(total, bool) or not isinstance(total, int) or total <= 0:
-        raise InputError(f"budget must be a positive number of tokens, got {total!r}")
-    elif route is not None:
-        from agentrt.routes import check_route
-
-        check_route(route)
+    # a command without a question (chat, eval) checks its options now; "?" only stands in for its questions
+    req = RunRequest.from_kwargs("?" if question is None else question, budget=budget, route=route,
+                                 thinking_cap=thinking_cap, samples=samples, confidence=confidence)
     specs = [] if route is not None else [s.strip() for s in (routers if routers is not None else [settings.router])]
     if specs:
         from agentrt.routing import make_router
 
         for spec in specs:
             make_router(spec, settings)  # unknown specs and unreadable learned:PATH files raise here
-            if spec == "self" and parse_spec(settings.policy.strip())[0] != "hf":
+            if spec == "self" and not can_score(settings.policy):
                 raise ConfigError(f"the self router scores with the policy model and needs an hf:... policy; "
                                   f"{settings.policy} cannot score text")
     if question is not None:
-        check_length(settings, question, total)
-    check_corpus(settings, corpus, needed=route == "plan" or "fixed:plan" in specs)
+        check_length(settings, question, settings.budget if budget is None else budget)
+    check_corpus(settings, corpus, needed=route in INDEX_ROUTES or any(f"fixed:{r}" in specs for r in INDEX_ROUTES))
+    return req
 
 
-def check_corpus(settings: Any, corpus: str | None, *, needed: bool) -> None:
+def check_corpus(settings: Settings, corpus: str | None, *, needed: bool) -> None:
     """``--corpus`` resolved into ``settings.corpus`` (a NAME that exists, a PATH indexed once); without
     it, the setting's name is checked, and when the plan route will search it, that it exists (a local
     store is opened: ~1.5 s, no model; a server is asked when the route runs)."""
@@ -127,7 +137,7 @@ def check_corpus(settings: Any, corpus: str | None, *, needed: bool) -> None:
         require_collection(settings, settings.corpus)
 
 
-def check_length(settings: Any, question: str, budget: int) -> None:
+def check_length(settings: Settings, question: str, budget: int) -> None:
     """Refuse a question longer than the policy's context, or than the budget, before the model loads.
 
     Counted with the policy's own ``tokenizer.json`` through the ``tokenizers`` library (~0.2 s: no torch,
@@ -142,16 +152,16 @@ def check_length(settings: Any, question: str, budget: int) -> None:
     from pathlib import Path
 
     from agentrt.backends import parse_spec
-    from agentrt.core.errors import InputError
+    from agentrt.core.request import check_fit
 
     kind, arg = parse_spec(settings.policy.strip())
     if kind not in ("hf", "vllm"):
         return
     arg = arg.split("?", 1)[0]
     if arg == "embedded":
-        from agentrt.backends._embedded import _FOLDER
+        from agentrt.backends.embedded import FOLDER
 
-        folder = settings.models_dir / _FOLDER
+        folder = settings.models_dir / FOLDER
     else:
         folder = Path(arg).expanduser()
     try:
@@ -167,11 +177,7 @@ def check_length(settings: Any, question: str, budget: int) -> None:
     except Exception:  # noqa: BLE001 - no tokenizers, no file, a format it cannot read: the real check decides
         return
     n = len(tokenizer.encode(question, add_special_tokens=False).ids)
-    if n >= context:
-        raise InputError(f"the question is {n} tokens, longer than the model's context ({context}); shorten it")
-    if budget <= n:
-        raise InputError(f"budget {budget} is smaller than the prompt (the question alone is {n} tokens, before "
-                         "the chat template); raise the budget")
+    check_fit(n, context, budget, what="the question", lower_bound=True)
 
 
 def add_tools_args(p: argparse.ArgumentParser) -> None:
@@ -185,13 +191,19 @@ def add_tools_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    agent = _agent(args, question=args.question, budget=args.budget, route=args.route,
-                   thinking_cap=args.thinking_cap, samples=args.samples)
+    agent, req = _agent_and_request(args, question=args.question, budget=args.budget, route=args.route,
+                                    thinking_cap=args.thinking_cap, samples=args.samples, confidence=args.confidence)
     from agentrt.routes.toolcall import tools_for_mode
 
     tools = tools_for_mode(args.tools, agent.settings)
-    result = agent.run(args.question, budget=args.budget, route=args.route, thinking_cap=args.thinking_cap,
-                       samples=args.samples, tools=tools, confidence=args.confidence)
+    from agentrt.app.live import no_answer_line, run_live, wants_live  # on a terminal the answer streams (issue 37)
+
+    if wants_live(args):
+        from agentrt.app.events import stream
+
+        result = run_live(stream(agent, req, RunHooks(tools=tools)))
+    else:
+        result = asyncio.run(agent.run_request(req, RunHooks(tools=tools)))
     sources = []
     if result.citations:
         from agentrt.app.corpus import titles
@@ -200,7 +212,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**result.to_dict(), "sources": sources}, ensure_ascii=False))
     else:
-        print(result.answer)
+        if not wants_live(args):  # the live view has shown the answer already
+            print(result.answer or no_answer_line(result))
         if sources:
             print(f"sources ({agent.settings.corpus}):")
             for n, src in enumerate(sources, 1):

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", nargs="+", metavar="NAME",
                    help="the model name(s) /v1/models lists and requests may ask for; any other is a 404 "
                         "(default: agentrt and the policy's name)")
+    p.add_argument("--explore", type=float, metavar="EPS",
+                   help="share of requests routed epsilon-greedy, propensities logged, so traffic with feedback is "
+                        "learnable (agentrt learn --traffic); default: the serve_explore setting (0.05); 0: off")
     p.set_defaults(func=cmd_serve)
 
 
@@ -75,6 +78,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agentrt.app.commands.run import check_corpus
 
     settings = load_settings(args.config, policy=args.policy)
+    explore = settings.serve_explore if args.explore is None else args.explore
+    if not 0 <= explore <= 0.5:
+        raise InputError(f"--explore must be in [0, 0.5] (a share of requests), got {explore}")
+    if settings.router_epsilon == 0 and explore > 0:  # an explicit router_epsilon wins
+        settings = settings.model_copy(update={"router_epsilon": explore})
     check_corpus(settings, args.corpus, needed=False)  # before the model loads: exists, or indexed once
     agent = Agent(settings)
     print(f"agentrt serve: loading {agent.settings.policy} ...", file=sys.stderr, flush=True)

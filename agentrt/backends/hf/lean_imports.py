@@ -1,5 +1,5 @@
-"""Imported by the hf backend before transformers' model classes (the fallback path of ``hf_runner.py``;
-the lean Llama of ``_llama.py`` imports no transformers at all): keeps transformers from importing
+"""Imported by the hf backend before transformers' model classes (the fallback path of ``runner.py``;
+the lean Llama of ``llama.py`` imports no transformers at all): keeps transformers from importing
 scikit-learn and SciPy.
 
 Two transformers modules every causal LM load imports pull in optional libraries whenever they are

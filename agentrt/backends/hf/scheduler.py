@@ -1,12 +1,12 @@
 """The scheduler of the transformers batcher: requests, admission, late joins and finishing rows.
 
-One thread owns the model runner (``hf_runner.py``). Requests that arrive within the batch window start
+One thread owns the model runner (``runner.py``). Requests that arrive within the batch window start
 together; requests that arrive while a batch decodes are prefilled on their own and join the running batch
-(continuous batching; their KV left-padded to its length, ``_kvcache.Group.merge``). After every pass the
+(continuous batching; their KV left-padded to its length, ``kvcache.Group.merge``). After every pass the
 scheduler records each row's token, checks its stop conditions, answers each request the moment its rows
 are done and takes finished rows out of the batch so they cost nothing. Every row keeps its own max_tokens,
 stop strings, sampling parameters, seed and grammar. A request with ``params.on_token`` gets each row's
-new text after every pass (``_detok.TextStream``); without one, nothing is decoded until a row ends.
+new text after every pass (``detok.TextStream``); without one, nothing is decoded until a row ends.
 """
 
 from __future__ import annotations
@@ -15,59 +15,16 @@ import concurrent.futures
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from agentrt.backends._detok import TextStream
-from agentrt.backends._kvcache import Group
-from agentrt.backends.hf_runner import ModelRunner
+from agentrt.backends.hf.detok import TextStream
+from agentrt.backends.hf.kvcache import Group
+from agentrt.backends.hf.runner import ModelRunner
+from agentrt.backends.hf.sequence import BatcherStats, Request, Row
 from agentrt.core.errors import BackendError
 from agentrt.core.types import Choice, Completion, GenParams, Usage
-
-
-@dataclass(slots=True)
-class BatcherStats:
-    """What the batcher did; tests read it to prove requests shared forward passes."""
-
-    requests: int = 0
-    batches: int = 0
-    rows: int = 0
-    forward_passes: int = 0
-    max_batch_rows: int = 0
-    tokens_generated: int = 0
-    joined: int = 0  # requests that joined a batch already decoding
-    prompt_tokens: int = 0
-    prefix_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache, not a forward pass
-    prefill_s: float = 0.0  # time in prompt forward passes
-    decode_s: float = 0.0  # time in one-token forward passes
-
-
-@dataclass(slots=True)
-class Request:
-    """One ``chat`` call: its prompt, parameters, the future its caller awaits and its n rows."""
-
-    prompt_ids: list[int]
-    params: GenParams
-    future: concurrent.futures.Future
-    submitted: float
-    rows: list[Row] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Row:
-    """One choice of a request as it decodes."""
-
-    request: Request
-    index: int
-    generator: torch.Generator | None
-    grammar: Any = None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    text: str = ""
-    finish: str | None = None
-    stream: TextStream | None = None  # only when the request streams (params.on_token)
 
 
 class Scheduler:

@@ -6,12 +6,12 @@ on the embedded SmolLM2-135M (``evals/bench/startup_bench.py``). A Llama is smal
 rotary embeddings, grouped-query attention through torch's SDPA, a SiLU-gated MLP. The weights come straight
 from ``model.safetensors`` (memory-mapped) and the configuration from ``config.json``.
 
-``LeanLlama`` is called exactly like transformers' ``LlamaForCausalLM`` by the runner (``hf_runner.py``):
+``LeanLlama`` is called exactly like transformers' ``LlamaForCausalLM`` by the runner (``runner.py``):
 ``model(input_ids=, attention_mask=, position_ids=, past_key_values=, logits_to_keep=)`` returns ``.logits``
 and ``.past_key_values`` and grows the cache through ``past.update(k, v, layer_idx)`` (a ``LeanCache`` of
-``_kvcache.py``). Every op follows transformers' order (``LlamaRMSNorm``, ``rotate_half`` rotary, the SDPA
-mask rules of ``masking_utils.sdpa_mask``) with the CPU layouts of ``_cpu_speed.py``, so logits match
-transformers' model with ``_cpu_speed``'s speed-ups bit for bit and greedy outputs stay token-identical:
+``kvcache.py``). Every op follows transformers' order (``LlamaRMSNorm``, ``rotate_half`` rotary, the SDPA
+mask rules of ``masking_utils.sdpa_mask``) with the CPU layouts of ``cpu_speed.py``, so logits match
+transformers' model with ``cpu_speed``'s speed-ups bit for bit and greedy outputs stay token-identical:
 
 * linear weights stored transposed (the copy is made at load: ~0.3 s, the price of ~2x faster batched steps);
 * one-token decode attention without repeating KV heads (query heads grouped by their KV head);
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from agentrt.backends._kvcache import LeanCache
+from agentrt.backends.hf.kvcache import LeanCache
 
 ENV_IMPL = "AGENTRT_HF_IMPL"  # "transformers" forces transformers' model classes for every folder
 WEIGHTS = "model.safetensors"
@@ -41,7 +41,7 @@ WEIGHTS = "model.safetensors"
 
 @dataclass
 class LlamaConfig:
-    """What the forward pass needs from ``config.json`` (``lean`` marks it for ``_kvcache.new_cache``)."""
+    """What the forward pass needs from ``config.json`` (``lean`` marks it for ``kvcache.new_cache``)."""
 
     vocab_size: int
     hidden_size: int
@@ -180,7 +180,7 @@ class LeanLlama:
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    mask: torch.Tensor | None) -> torch.Tensor:
-        """transformers' SDPA attention (batch x tokens x heads x dim out), with ``_cpu_speed``'s copy-free
+        """transformers' SDPA attention (batch x tokens x heads x dim out), with ``cpu_speed``'s copy-free
         grouped-query path for one-token steps."""
         batch, heads, q_len, dim = q.shape
         if self.groups > 1 and q_len == 1:  # query heads sharing a KV head become that head's query rows
@@ -202,7 +202,7 @@ class LeanLlama:
 
     def _packed_weights(self) -> dict[int, Any]:
         if self._packed is None:
-            from agentrt.backends._cpu_speed import pack_weight
+            from agentrt.backends.hf.cpu_speed import pack_weight
 
             self._packed = {}
             for w in [self.lm_head, *(t for layer in self.layers for t in (layer.gate, layer.up, layer.down))]:
@@ -215,14 +215,14 @@ class LeanLlama:
 
     # -- for tests and comparisons -------------------------------------------------------------------
     def reference(self) -> Any:
-        """transformers' ``LlamaForCausalLM`` on the same folder with ``_cpu_speed``'s layouts (transposed
+        """transformers' ``LlamaForCausalLM`` on the same folder with ``cpu_speed``'s layouts (transposed
         linears, copy-free decode attention; no packing, which the lean model keeps to batched steps):
         what this model must match. Loaded on first call (transformers' modeling import, ~5 s)."""
         if self._reference is None:
             from transformers import AutoModelForCausalLM
             from transformers.utils import logging as hf_logging
 
-            from agentrt.backends._cpu_speed import transpose_linear_storage, use_gqa_decode
+            from agentrt.backends.hf.cpu_speed import transpose_linear_storage, use_gqa_decode
 
             hf_logging.disable_progress_bar()
             model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32).eval()

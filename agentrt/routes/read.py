@@ -1,0 +1,124 @@
+"""The ``read`` route: retrieve the top passages, answer from them in one call, cite them.
+
+The cheap document route: one hybrid search of the corpus ``settings.corpus`` (BM25 + vectors, like
+``agentrt search -k 3``), the passages quoted as untrusted ``<document>`` blocks
+(``agentrt.core.text.quote_untrusted``, the notice in the system part), then one answer call. No
+planner, no tool loop: a few hundred tokens where ``plan`` spends thousands.
+
+* The budget is a hard bound: the passages are cut (shorter, then fewer) until the prompt plus a
+  minimal answer fits what remains; the cut is recorded on the ``memory_op`` step (``budget_cut``).
+  When not even one short passage fits, the route raises ``BudgetExceeded`` (the Agent returns a
+  truncated result) rather than answering without having read anything.
+* Citations are the shown passages the answer draws on (those sharing a content word with it, in
+  retrieval order); an answer that shares none cites the top passage it was given, and "I don't
+  know" cites nothing. A small model cannot be trusted to copy ids, so they are derived, not generated.
+* An empty search (nothing indexed that matches) answers "I don't know." without a model call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any
+
+from agentrt.core.errors import BudgetExceeded
+from agentrt.core.text import UNTRUSTED_NOTICE, quote_untrusted
+from agentrt.core.types import GenParams, Message
+from agentrt.routes.context import RouteOutput, RunContext
+from agentrt.routes.index import open_corpus_for
+from agentrt.routes.thinking import no_thinking, split_thought
+from agentrt.trajectory import MemoryOpStep
+
+K = 3  # passages read (the manual retrieve-then-read of issue 38: the gold passage was in the top 3)
+PASSAGE_CHARS = 600  # each passage's length when the budget allows
+MIN_PASSAGE_CHARS = 120  # shorter than this a passage says nothing: drop one instead
+MIN_ANSWER_TOKENS = 16  # what must remain for the answer after the prompt
+SEARCH_TIMEOUT_S = 30.0
+SYSTEM = ("Answer the question using only the documents below. Answer in a few words. "
+          "If the documents do not contain the answer, say \"I don't know.\"")
+NO_ANSWER = "I don't know."
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset("a an the of in on at to and or is are was were be by for with from as it its that this "
+                  "i don't know dont".split())
+
+
+def read_messages(ctx: RunContext, question: str, hits: list[dict[str, Any]], chars: int) -> list[Message]:
+    """The answer prompt: the run's system and history, then the passages quoted and the question last."""
+    system = "\n\n".join(s for s in (ctx.system, f"{SYSTEM} {UNTRUSTED_NOTICE}") if s)
+    blocks = "\n".join(quote_untrusted(_cut(h["text"], chars), id=h["id"], source="corpus", title=h["title"] or None)
+                       for h in hits)
+    return [Message("system", system), *ctx.history, Message("user", f"{blocks}\n\nQuestion: {question}")]
+
+
+def cite(answer: str, hits: list[dict[str, Any]], question: str = "") -> list[str]:
+    """The ids of the shown ``hits`` the answer draws on (see the module docstring): those holding a word
+    of the answer that the question lacks (what the passage added), else one the answer shares."""
+    words = {w for w in _WORD.findall(answer.lower()) if w not in _STOP}
+    if not words or answer.strip().lower().startswith(("i don't know", "i do not know")):
+        return []
+    novel = words - set(_WORD.findall(question.lower()))
+    texts = [(h["id"], set(_WORD.findall(f"{h['title']} {h['text']}".lower()))) for h in hits]
+    used = [i for i, t in texts if novel & t] or [i for i, t in texts if words & t]
+    return used or [h["id"] for h in hits[:1]]
+
+
+def fit(ctx: RunContext, question: str, hits: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The passages and their length that fit the budget left (see the module docstring); raises
+    ``BudgetExceeded`` when not even one passage of ``MIN_PASSAGE_CHARS`` does."""
+    room = ctx.budget.remaining - MIN_ANSWER_TOKENS
+    shown, chars = list(hits), PASSAGE_CHARS
+    while shown:
+        if ctx.policy.count_tokens(read_messages(ctx, question, shown, chars)) <= room:
+            return shown, chars
+        if chars > MIN_PASSAGE_CHARS:
+            chars = max(MIN_PASSAGE_CHARS, chars * 2 // 3)
+        else:
+            shown, chars = shown[:-1], PASSAGE_CHARS
+    raise BudgetExceeded(f"the read route needs room for one passage and an answer; {ctx.budget.remaining} "
+                         "tokens remain: raise the budget")
+
+
+async def search(ctx: RunContext, question: str) -> list[dict[str, Any]]:
+    """The top ``K`` hybrid hits as ``{id, title, text, score}`` dicts (a sync search runs in a thread)."""
+    corpus = open_corpus_for(ctx.settings)
+    raw = await asyncio.wait_for(asyncio.to_thread(corpus.search, question, K), SEARCH_TIMEOUT_S)
+    return [{"id": str(h.id), "title": str(h.title or ""), "text": str(h.text or ""), "score": h.score}
+            for h in list(raw)[:K]]
+
+
+async def run(ctx: RunContext, question: str) -> RouteOutput:
+    """Read the top passages and answer from them in one call, citing the passages used."""
+    t0 = time.perf_counter()
+    hits = await search(ctx, question)
+    shown, chars, cut = [], PASSAGE_CHARS, None
+    try:
+        if hits:
+            shown, chars = fit(ctx, question, hits)
+            if len(shown) < len(hits) or chars < PASSAGE_CHARS:
+                cut = f"{len(shown)} of {len(hits)} passages, {chars} characters each, to fit the budget"
+    finally:  # the search is recorded even when nothing fits (then none was shown)
+        ctx.record(MemoryOpStep(op="search", store=f"corpus:{getattr(ctx.settings, 'corpus', 'default')}",
+                                query=question, ids=[h["id"] for h in hits], n_results=len(hits),
+                                latency_s=round(time.perf_counter() - t0, 4), t_start_s=round(t0 - ctx.started, 4),
+                                shown=[h["id"] for h in shown], **({"budget_cut": cut} if cut else {})).model_dump())
+    if not hits:
+        ctx.best_answer = NO_ANSWER
+        return RouteOutput(NO_ANSWER)
+    # a small model goes on to invent the next "Question:" after its answer: stop there
+    params = GenParams(max_tokens=ctx.settings.answer_max_tokens, stop=["\nQuestion:"],
+                       chat_template_kwargs=no_thinking(ctx.settings, ctx.policy))
+    completion = await ctx.call_model("answer", read_messages(ctx, question, shown, chars), params,
+                                      min_tokens=MIN_ANSWER_TOKENS, thought=False)
+    thought, answer = split_thought(completion.text)
+    answer = answer.strip()
+    ctx.best_answer = answer
+    return RouteOutput(answer, thought, citations=cite(answer, shown, question))
+
+
+def _cut(text: str, chars: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= chars else text[: chars - 1].rstrip() + "…"
+
+
+__all__ = ["K", "cite", "fit", "read_messages", "run", "search"]

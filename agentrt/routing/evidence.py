@@ -1,0 +1,152 @@
+"""How much evidence stands behind a learned router's p_success for one question.
+
+A probability without a sample size is a guess: a router fit on math and trivia claims 0.6 on a question
+kind it never saw. Per action, the evidence is an *effective sample size*: how many of the training runs
+that took the action resemble this question, by a Gaussian kernel over the router's standardized inputs
+(the numeric features, standardized as the router standardizes them, and the hashed words)::
+
+    ess(a, x) = (runs(a) / len(sample(a))) * sum_j exp(-|z(x) - z_j|^2 / (2 h^2))
+
+``sample(a)``: up to ``SAMPLE_SIZE`` training inputs of the runs that took ``a``, stored (sparse, raw)
+in the router file at training time; ``h``: the bandwidth, the median distance of a training input to
+its ``NEIGHBOURS``-th nearest neighbour (so a typical training question has about that many near it), at least
+``MIN_BANDWIDTH``.
+
+A file written before evidence existed has no sample: its evidence is estimated from the moments it
+does store (the per-feature mean and std of its training inputs): ``runs / actions`` discounted by how far
+the question lies outside them (``|z| > 3`` on a feature), method ``moments``. Coarser, but it still
+catches a question unlike anything the router was fit on (a feature that never varied in training).
+
+States: ``calibrated`` (ess >= the minimum), ``insufficient_evidence`` (below it), ``other_policy``
+(the router was trained for another policy than the one running; set by the router, not here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+CALIBRATED = "calibrated"
+INSUFFICIENT = "insufficient_evidence"
+OTHER_POLICY = "other_policy"
+STATES = (CALIBRATED, INSUFFICIENT, OTHER_POLICY)
+
+SAMPLE_SIZE = 150  # training inputs kept per action: enough for a density, small in the file
+NEIGHBOURS = 5  # the bandwidth makes a typical training input have about this many neighbours
+MIN_BANDWIDTH = 1.0  # at least one standard deviation: near-duplicate training questions must not make it a point
+MIN_EVIDENCE = 3.0  # default Settings.router_min_evidence: below it, p_success is not trusted
+MOMENTS_Z = 3.0  # moments method: a standardized feature beyond this is outside what training saw
+
+
+@dataclass
+class ActionSample:
+    """One action's stored evidence: its run count, and a sample of its training inputs (raw, sparse)."""
+
+    runs: int
+    rows: list[dict[int, float]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": self.runs, "rows": [[[i, v] for i, v in sorted(r.items())] for r in self.rows]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ActionSample:
+        return cls(int(data["runs"]), [{int(i): float(v) for i, v in row} for row in data["rows"]])
+
+
+@dataclass
+class Evidence:
+    """The stored evidence of a router file: per-action samples and the kernel bandwidth."""
+
+    actions: dict[str, ActionSample]
+    bandwidth: float
+    _dense: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)  # standardized samples, cached
+
+    def standardized(self, action: str, mean: list[float], std: list[float]) -> Any:
+        """The action's sample as a standardized matrix (built once per input width)."""
+        import numpy as np
+
+        key = (action, len(mean))
+        if key not in self._dense:
+            rows = self.actions[action].rows
+            X = np.zeros((len(rows), len(mean)))
+            for r, row in enumerate(rows):
+                for i, v in row.items():
+                    X[r, i] = v
+            self._dense[key] = _standardize(X, mean, std)
+        return self._dense[key]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bandwidth": self.bandwidth, "actions": {a: s.to_json() for a, s in self.actions.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Evidence | None:
+        if not data:
+            return None
+        return cls({a: ActionSample.from_json(s) for a, s in data["actions"].items()}, float(data["bandwidth"]))
+
+
+def _sparse(x: list[float]) -> dict[int, float]:
+    return {i: round(v, 4) for i, v in enumerate(x) if v != 0.0}
+
+
+def build(xs: list[list[float]], actions: list[str], mean: list[float], std: list[float], *, seed: int = 0,
+          size: int = SAMPLE_SIZE) -> Evidence:
+    """The evidence to store for a router fit on inputs ``xs`` (run i took ``actions[i]``)."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(seed)
+    by_action: dict[str, list[int]] = {}
+    for i, a in enumerate(actions):
+        by_action.setdefault(a, []).append(i)
+    samples, kept = {}, set()
+    for a, idx in sorted(by_action.items()):
+        keep = sorted(rng.sample(idx, size)) if len(idx) > size else idx
+        samples[a] = ActionSample(len(idx), [_sparse(xs[i]) for i in keep])
+        kept.update(keep)
+    # bandwidth: median distance to the NEIGHBOURS-th nearest neighbour among all kept inputs (index 0 of a
+    # sorted row is the input itself)
+    kept = sorted(kept)
+    Z = _standardize(np.asarray([xs[i] for i in kept]), mean, std)
+    d2 = (Z ** 2).sum(1)[:, None] + (Z ** 2).sum(1)[None, :] - 2 * Z @ Z.T
+    k = min(NEIGHBOURS, len(kept) - 1)
+    h = float(np.median(np.sqrt(np.maximum(np.sort(d2, axis=1)[:, k], 0.0)))) if k > 0 else 1.0
+    return Evidence(samples, round(max(h, MIN_BANDWIDTH), 4))
+
+
+def _standardize(X: Any, mean: list[float], std: list[float]) -> Any:
+    import numpy as np
+
+    return (X - np.asarray(mean)) / np.asarray(std)
+
+
+def effective_sizes(evidence: Evidence, x: list[float], mean: list[float], std: list[float]) -> dict[str, float]:
+    """ess per action for input ``x`` (the kernel estimate over the stored samples)."""
+    import numpy as np
+
+    z = _standardize(np.asarray(x, dtype=float), mean, std)
+    out = {}
+    for a, s in evidence.actions.items():
+        if not s.rows:
+            out[a] = 0.0
+            continue
+        d2 = ((evidence.standardized(a, mean, std) - z) ** 2).sum(1)
+        out[a] = float(s.runs / len(s.rows) * np.exp(-d2 / (2 * evidence.bandwidth ** 2)).sum())
+    return out
+
+
+def moment_sizes(x: list[float], mean: list[float], std: list[float], actions: list[str], runs: int,
+                 numeric: int) -> dict[str, float]:
+    """ess per action for a file without samples: ``runs / actions``, discounted per numeric feature that
+    lies beyond MOMENTS_Z training standard deviations (a feature constant in training has std 1 and
+    mean 0 stored, so any other value of it counts as far)."""
+    far = sum(max(0.0, abs((xi - m) / s) - MOMENTS_Z) ** 2 for xi, m, s in zip(x[:numeric], mean, std))
+    base = runs / max(1, len(actions))
+    return {a: base * math.exp(-0.5 * far) for a in actions}
+
+
+def states(sizes: dict[str, float], minimum: float) -> dict[str, str]:
+    """The state per action: calibrated when its ess reaches ``minimum``."""
+    return {a: CALIBRATED if n >= minimum else INSUFFICIENT for a, n in sizes.items()}

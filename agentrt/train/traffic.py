@@ -1,0 +1,173 @@
+"""``agentrt learn --traffic``: learn the router from the home's own traffic (runs with users' feedback).
+
+One step per call, by the observe state of the running policy (``agentrt.routing.registry.observe_state``):
+
+1. No candidate under observation: train one on the rewarded traffic (``learn_round``: a training slice, a
+   held-out slice; never promoted here) and put it under **observation**: from the next request on it decides
+   every request in shadow (the decision step's ``shadow``; agentrt.routing.shadow), at no model-token cost.
+2. A candidate under observation: value its would-be decisions off-policy on the runs logged since it started
+   that got feedback, doubly robust with a bootstrap interval (by question), beside the router in use (its own
+   greedy choice on the same runs, by the same estimator), and apply the gate (``router_eval.compare``: the
+   paired value difference's lower bound above 0, ECE not worse beyond its noise, no overoptimization flag).
+   Promote, or refuse with the reasons; either way the observation ends and the next call trains anew.
+
+The logged propensities are the router's probabilities (exploration in production: ``Settings.router_epsilon``,
+``agentrt serve --explore``), so the estimates stay unbiased when the router in use explores.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrt.core.config import Settings
+from agentrt.core.errors import InputError
+from agentrt.routing import registry
+from agentrt.routing.learned import RouterModel
+from agentrt.train.router import MAX_WEIGHT, Example, calibration, load_examples
+from agentrt.train.router_eval import PolicyEval, Verdict, auroc, bootstrap, compare
+
+MIN_OBSERVED = 8  # rewarded runs with a shadow decision before the gate judges a candidate
+
+
+@dataclass
+class TrafficReport:
+    """What one ``learn --traffic`` step did: trained a candidate (``trained``) or judged one (``judged``)."""
+
+    step: str  # trained | judged | observing (too few observed runs yet)
+    version: str
+    runs: int  # rewarded runs of traffic
+    observed: int = 0  # rewarded runs with the candidate's shadow decision
+    candidate: PolicyEval | None = None
+    incumbent: PolicyEval | None = None
+    verdict: Verdict | None = None
+    promoted: bool = False
+    heldout: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"step": self.step, "version": self.version, "runs": self.runs,
+                               "observed": self.observed, "promoted": self.promoted, "heldout": self.heldout,
+                               "warnings": self.warnings}
+        for name in ("candidate", "incumbent"):
+            p = getattr(self, name)
+            out[name] = p.summary() if p is not None else None
+        if self.verdict is not None:
+            v = self.verdict
+            out["verdict"] = {"promote": v.promote, "reasons": v.reasons, "difference": round(v.difference, 4),
+                              "interval": [round(x, 4) for x in v.interval]}
+        return out
+
+
+def traffic_examples(settings: Settings, fingerprint: registry.Fingerprint) -> list[Example]:
+    """The home's runs that have a reward (feedback, or a verifier's), as training examples, less those of
+    another policy (a router learns for the policy it will route for)."""
+    directory = Path(settings.trajectory_dir)
+    if not directory.is_dir():
+        raise InputError(f"no traffic in {directory} yet: serve or run requests, then give feedback "
+                         "(agentrt feedback RUN_ID --right/--wrong, POST /v1/feedback)")
+    try:
+        examples = load_examples([directory])
+    except InputError:
+        examples = []
+    # a run names its policy in its decision (learned routers), else by the model its calls went to; a run that
+    # names neither (a given route that made no call: abstain) counts for any
+    examples = [e for e in examples if (e.logged or {}).get("policy", "") in ("", fingerprint.id)
+                and e.model in ("", fingerprint.model)]
+    if not examples:
+        raise InputError(f"no run of policy {fingerprint.id} in {directory} has feedback yet: give some (agentrt "
+                         "feedback RUN_ID --right/--wrong, POST /v1/feedback, /good /bad in the REPL) before "
+                         "learn --traffic")
+    return examples
+
+
+def learn_traffic(settings: Settings, fingerprint: registry.Fingerprint, *, lam: float = 0.3, holdout: float = 0.3,
+                  folds: int = 5, seed: int = 0, rounds: int = 1000, min_observed: int = MIN_OBSERVED,
+                  promote: bool = True) -> TrafficReport:
+    """One step of the traffic loop (see the module docstring)."""
+    home = Path(settings.home)
+    examples = traffic_examples(settings, fingerprint)
+    watched = registry.observing(home, fingerprint.id)
+    if watched is not None:
+        return _judge(settings, fingerprint, watched, examples, lam=lam, seed=seed, rounds=rounds,
+                      min_observed=min_observed, promote=promote)
+    return _train(settings, fingerprint, examples, lam=lam, holdout=holdout, folds=folds, seed=seed, rounds=rounds)
+
+
+def _train(settings: Settings, fingerprint: registry.Fingerprint, examples: list[Example], *, lam: float, holdout: float,
+           folds: int, seed: int, rounds: int) -> TrafficReport:
+    from agentrt.train.learn import Incumbent, learn_round
+
+    home = Path(settings.home)
+    entry = registry.resolve_default(home, fingerprint)
+    incumbent = Incumbent(entry if entry and entry.fingerprint_id == fingerprint.id else None)
+    report = learn_round(examples, incumbent, settings, fingerprint, suites=["traffic"], lam=lam, holdout=holdout,
+                         folds=folds, seed=seed, rounds=rounds, promote=False,
+                         extra={"trained_on": "traffic", "observe": "decides in shadow until learn --traffic judges it"})
+    registry.set_observe(home, fingerprint.id, {"version": report.version, "status": "observing",
+                                                "since": round(time.time(), 3), "incumbent": incumbent.name})
+    return TrafficReport("trained", report.version, len(examples), candidate=report.candidate,
+                         incumbent=report.incumbent, heldout=report.to_dict(), warnings=report.warnings)
+
+
+def _judge(settings: Settings, fingerprint: registry.Fingerprint, watched: registry.Entry, examples: list[Example], *,
+           lam: float, seed: int, rounds: int, min_observed: int, promote: bool) -> TrafficReport:
+    home = Path(settings.home)
+    rows = [e for e in examples if e.shadow and e.shadow.get("router_version") == watched.version
+            and e.shadow.get("action") and e.logged]
+    if len(rows) < min_observed:
+        return TrafficReport("observing", watched.version, len(examples), observed=len(rows),
+                             warnings=[f"only {len(rows)} runs with feedback were decided in shadow by "
+                                       f"{watched.version} (want >= {min_observed}): keep serving and giving feedback"])
+    model = RouterModel.load(watched.path)
+    cand = _shadow_eval(watched.version, rows, model, lam, rounds, seed, shadow=True)
+    state = registry.observe_state(home).get(fingerprint.id) or {}
+    inc = _shadow_eval(str(state.get("incumbent") or "in use"), rows, model, lam, rounds, seed, shadow=False)
+    verdict = compare(cand, inc, rows, rounds=rounds, seed=seed)
+    promoted = bool(verdict.promote and promote)
+    if promoted:
+        registry.promote(home, watched.version)
+    registry.set_observe(home, fingerprint.id, {
+        **state, "status": "promoted" if promoted else "refused", "judged": round(time.time(), 3), "observed": len(rows),
+        "verdict": {"promote": verdict.promote, "reasons": verdict.reasons, "difference": round(verdict.difference, 4),
+                    "interval": [round(x, 4) for x in verdict.interval],
+                    "candidate_value": round(cand.value, 4), "incumbent_value": round(inc.value, 4)}})
+    return TrafficReport("judged", watched.version, len(examples), observed=len(rows), candidate=cand, incumbent=inc,
+                         verdict=verdict, promoted=promoted)
+
+
+def _shadow_eval(name: str, rows: list[Example], model: RouterModel, lam: float, rounds: int, seed: int, *,
+                 shadow: bool) -> PolicyEval:
+    """A policy's DR value on logged runs, from its choice on each run: the candidate's shadow decision
+    (``shadow``), or the router in use's greedy choice (the logged distribution's mode). The reward model q is
+    the candidate's (p_success - lambda tokens / budget), the same for both, so the difference is paired."""
+    terms, succ, toks, calls, chosen = [], [], [], [], {}
+    probs, outcomes = [], []
+    for e in rows:
+        logged = e.logged or {}
+        if shadow:
+            pick, p_taken = e.shadow["action"], (e.shadow.get("p_success") or {}).get(e.action)
+        else:
+            dist = logged.get("probabilities") or {e.action: 1.0}
+            pick, p_taken = max(dist, key=lambda a: dist[a]), (logged.get("p_success") or {}).get(e.action)
+        chosen[pick] = chosen.get(pick, 0) + 1
+        qp, qt = model.predict(e.x)
+        # the probability the logging router gave the action it took on this very run (it was routed: observed)
+        mu = max(1e-3, float((logged.get("probabilities") or {}).get(e.action, e.propensity)))
+        w = min(MAX_WEIGHT, 1 / mu) * float(pick == e.action)
+        value = lambda a: qp.get(a, 0.0) - lam * qt.get(a, 0.0) / e.budget  # noqa: E731
+        terms.append(value(pick) + w * (e.reward - lam * e.tokens / e.budget - value(e.action)))
+        succ.append(qp.get(pick, 0.0) + w * (e.success - qp.get(e.action, 0.0)))
+        toks.append(qt.get(pick, 0.0) + w * (e.tokens - qt.get(e.action, 0.0)))
+        calls.append((float(p_taken), e.success) if p_taken is not None else None)
+        if p_taken is not None:
+            probs.append(float(p_taken))
+            outcomes.append(e.success)
+    n = max(1, len(rows))
+    return PolicyEval(name=name, value=sum(terms) / n, interval=bootstrap(terms, [e.question for e in rows], rounds, seed),
+                      success=sum(succ) / n, tokens=sum(toks) / n,
+                      ece=calibration(probs, outcomes)["ece"] if probs else None, auroc=auroc(probs, outcomes),
+                      ece_floor=None, abstain_precision=None, abstain_recall=None, actions=chosen, terms=terms,
+                      calls=calls)

@@ -1,0 +1,65 @@
+"""User feedback on runs: append-only records beside the trajectories, joined in as rewards when read.
+
+A run's record is written once, when the run ends; a user's verdict comes later (seconds or days), from
+another process (``agentrt feedback``, the server's ``POST /v1/feedback``, the REPL's ``/good`` ``/bad``,
+``Agent.feedback``). Rewriting the record would break "append-only", so a verdict is its own line in
+``feedback.jsonl`` in the trajectory directory (one ``os.write`` under the store's lock, then fsync: a killed
+process loses nothing, and never half a line), and ``read_trajectories`` (agentrt.trajectory.store) joins it into the record as
+``rewards["feedback"]`` and ``reward`` (the latest verdict on a run wins). A run with feedback is learnable
+(``agentrt learn --traffic``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from agentrt.core.errors import InputError
+from agentrt.trajectory.schema import TRAJECTORY_FILE
+from agentrt.trajectory.store import FEEDBACK_FILE, _locked, _terminate_torn_tail, find_record, read_feedback
+
+__all__ = ["FEEDBACK_FILE", "SOURCES", "read_feedback", "record_feedback", "verdict"]
+
+SOURCES = ("sdk", "cli", "server", "repl", "verifier")
+
+
+def verdict(reward: float | None = None, correct: bool | None = None) -> tuple[float, bool | None]:
+    """The (score, correct) a feedback call means: ``correct`` alone scores 1 or 0; ``reward`` alone is a
+    score in [0, 1]; both: the score, with the verdict beside it. Neither, or a reward out of range: InputError."""
+    if reward is None and correct is None:
+        raise InputError("feedback needs a verdict: correct=True/False (--right/--wrong) or reward=X in [0, 1]")
+    if reward is not None:
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not 0.0 <= float(reward) <= 1.0:
+            raise InputError(f"reward must be a number in [0, 1], got {reward!r}")
+        return float(reward), correct
+    return float(bool(correct)), bool(correct)
+
+
+def record_feedback(directory: str | Path, run_id: str, *, reward: float | None = None, correct: bool | None = None,
+                    source: str = "sdk", note: str = "") -> dict[str, Any]:
+    """Append a verdict on ``run_id`` (which must be a run recorded in ``directory``); returns the line written.
+
+    An unknown run id is an InputError that says where it looked."""
+    score, correct = verdict(reward, correct)
+    directory = Path(directory)
+    run_id = str(run_id or "").strip()
+    if run_id.startswith("chatcmpl-"):  # the server's response id is the run id behind this prefix
+        run_id = run_id[len("chatcmpl-"):]
+    if not run_id or not directory.is_dir() or find_record(directory, run_id) is None:
+        raise InputError(f"no run {run_id!r} in {directory}; give the run id that `agentrt run --json` "
+                         "(trajectory_id), the SDK (Result.trajectory_id) or the server (response id) returned")
+    entry = {"run_id": run_id, "score": score, "correct": correct, "source": source, "note": note[:500],
+             "at": round(time.time(), 3)}
+    line = (json.dumps(entry) + "\n").encode()
+    with _locked(directory / f".{TRAJECTORY_FILE}.lock"):
+        fd = os.open(directory / FEEDBACK_FILE, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _terminate_torn_tail(fd, marker=False)
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return entry

@@ -1,0 +1,96 @@
+"""The promotion gate knows noise (issue 38): an ECE a little higher than the incumbent's, inside the
+bootstrap interval of the difference, does not block a candidate whose value interval is better; an ECE
+clearly worse does; a candidate trained on shuffled rewards is refused; the verdict prints both intervals."""
+
+from __future__ import annotations
+
+import random
+
+from agentrt.routing.features import HASH_DIM, NUMERIC_FEATURES
+from agentrt.train.router import Example, train_router
+from agentrt.train.router_eval import PolicyEval, compare, config, evaluate, model_estimator, split
+
+DIM = len(NUMERIC_FEATURES) + HASH_DIM
+ARITH = NUMERIC_FEATURES.index("arithmetic")
+
+
+def _runs(n: int = 160, seed: int = 1, shuffle: bool = False) -> list[Example]:
+    """``n`` questions, each run with direct and reason (propensity 0.5): reason succeeds on arithmetic
+    questions 85% of the time and on others 15%; direct the other way round. ``shuffle``: the success
+    labels are shuffled across runs (a reward signal that says nothing)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        x = [0.0] * DIM
+        math_q = i % 2 == 0
+        x[ARITH] = float(math_q)
+        x[len(NUMERIC_FEATURES) + i % HASH_DIM] = 1.0
+        for action, tokens in (("direct", 60.0), ("reason", 300.0)):
+            good = (action == "reason") == math_q
+            ok = float(rng.random() < (0.85 if good else 0.15))
+            rows.append(Example(question=f"q{i}", x=x, action=action, propensity=0.5,
+                                probs={"direct": 0.5, "reason": 0.5}, success=ok, reward=ok, tokens=tokens, budget=1000))
+    if shuffle:
+        labels = [e.success for e in rows]
+        rng.shuffle(labels)
+        for e, y in zip(rows, labels):
+            e.success = e.reward = y
+    return rows
+
+
+def test_a_candidate_trained_on_shuffled_rewards_is_refused_and_the_real_one_promoted():
+    runs = _runs()
+    train, held = split(runs, 0.3, seed=0)
+    good = train_router([], folds=3, examples=train)
+    bad = train_router([], folds=3, examples=[e for e in _runs(shuffle=True) if e.question in {t.question for t in train}])
+    q = model_estimator(good)  # the reward model of the DR estimates (fit on the training slice only)
+    cfg = config(0.3, ("direct", "reason"))
+    good_eval = evaluate("good", model_estimator(good), q, held, cfg, 300)
+    bad_eval = evaluate("bad", model_estimator(bad), q, held, cfg, 300)
+    refused = compare(bad_eval, good_eval, held, rounds=300)
+    assert not refused.promote
+    assert any("value is not better" in r for r in refused.reasons)
+    promoted = compare(good_eval, bad_eval, held, rounds=300)
+    assert promoted.promote, promoted.reasons
+    assert promoted.interval[0] > 0
+    # the verdict says both intervals: the value's (which decides) and the ECE difference's
+    text = " ".join(promoted.lines())
+    assert "value difference" in text and "ECE difference" in text and promoted.ece_interval is not None
+
+
+def _policy(name: str, p: float, outcomes: list[float], value: float) -> PolicyEval:
+    from agentrt.train.router import calibration
+
+    n = len(outcomes)
+    return PolicyEval(name=name, value=value, interval=(value - 0.05, value + 0.05), success=0.3, tokens=60.0,
+                      ece=calibration([p] * n, outcomes)["ece"], auroc=None, ece_floor=None, abstain_precision=None,
+                      abstain_recall=None, actions={"direct": n // 2, "reason": n - n // 2},
+                      terms=[value + (0.1 if i % 2 else -0.1) for i in range(n)], calls=[(p, y) for y in outcomes])
+
+
+def _held(outcomes: list[float]) -> list[Example]:
+    return [Example(question=f"h{i}", x=[0.0] * DIM, action="direct" if i % 2 else "reason", propensity=0.5,
+                    probs={}, success=y, reward=y, tokens=60.0, budget=1000) for i, y in enumerate(outcomes)]
+
+
+def test_an_ece_a_little_higher_inside_its_noise_does_not_block_a_better_value():
+    """40 held-out runs, 30% successes: the incumbent says 0.30, the candidate 0.36. The candidate's ECE is
+    0.06 higher (the old gate refused anything above +0.01), but on 40 runs that difference is noise."""
+    outcomes = [1.0 if i % 10 < 3 else 0.0 for i in range(40)]
+    held = _held(outcomes)
+    inc = _policy("incumbent", 0.30, outcomes, 0.10)
+    cand = _policy("candidate", 0.36, outcomes, 0.30)
+    v = compare(cand, inc, held, rounds=500)
+    assert cand.ece > inc.ece + 0.05
+    assert v.ece_interval is not None and v.ece_interval[0] <= 0 < v.ece_interval[1]
+    assert v.promote, v.reasons
+
+
+def test_an_ece_clearly_worse_blocks_even_a_better_value():
+    outcomes = [1.0 if i % 10 < 3 else 0.0 for i in range(40)]
+    held = _held(outcomes)
+    v = compare(_policy("candidate", 0.85, outcomes, 0.30), _policy("incumbent", 0.30, outcomes, 0.10), held,
+                rounds=500)
+    assert not v.promote
+    assert any("ECE regresses beyond its noise" in r for r in v.reasons)
+    assert v.ece_interval is not None and v.ece_interval[0] > 0

@@ -1,0 +1,99 @@
+"""The ``read`` route (issue 38): retrieve the top passages of the real sample corpus (ChromaDB + BM25,
+hybrid), answer from them in one call of the real embedded model, cite them; inside the budget, cutting
+passages to fit and truncating honestly when not even one fits. And ``read`` as an action: offered only
+with an index, ``fixed:read``, and never chosen by a learned router file that has no model for it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentrt.app.commands.demo import DEMO_CORPUS, index_sample_corpus
+from agentrt.core.config import Settings
+from agentrt.core.text import UNTRUSTED_NOTICE
+
+QUESTION = "Who is the director of the film Sinister?"
+
+
+@pytest.fixture
+def sample_agent(embedded, agentrt_home):
+    from agentrt import Agent
+
+    settings = Settings(corpus=DEMO_CORPUS)
+    index_sample_corpus(settings)
+    return Agent(settings, policy=embedded)
+
+
+def _search_step(result) -> dict:
+    return next(s for s in result.record.steps if s["kind"] == "memory_op" and s["op"] == "search")
+
+
+def test_read_answers_from_the_top_passages_and_cites_them(sample_agent):
+    from memory.corpus import open_corpus, resolve_location
+
+    result = sample_agent.run(QUESTION, budget=1500, route="read")
+    assert result.route == "read" and result.status == "ok"
+    assert "Scott Derrickson" in result.answer
+    search = _search_step(result)
+    assert search["query"] == QUESTION and len(search["ids"]) == 3 and search["shown"] == search["ids"]
+    # it cites passages it was shown, and what it cites holds the answer
+    corpus = open_corpus(resolve_location(sample_agent.settings), DEMO_CORPUS)
+    assert result.citations and set(result.citations) <= set(search["shown"])
+    assert any("Scott Derrickson" in corpus.get(c).text for c in result.citations)
+    # one model call; the passages reached it quoted as data, the notice in the system part
+    calls = [s for s in result.record.steps if s["kind"] == "model_call"]
+    assert len(calls) == 1
+    system, user = calls[0]["messages"][0]["content"], calls[0]["messages"][-1]["content"]
+    assert UNTRUSTED_NOTICE in system and user.count("<document id=") == 3 and user.endswith(QUESTION)
+    assert result.usage.total_tokens <= 1500
+
+
+def test_a_small_budget_cuts_the_passages_and_a_tiny_one_truncates_honestly(sample_agent):
+    cut = sample_agent.run(QUESTION, budget=300, route="read")
+    assert cut.usage.total_tokens <= 300
+    search = _search_step(cut)
+    assert "to fit the budget" in search["budget_cut"] and search["shown"] and set(search["shown"]) <= set(search["ids"])
+    assert set(cut.citations) <= set(search["shown"])
+    tiny = sample_agent.run(QUESTION, budget=60, route="read")
+    assert tiny.status == "truncated" and tiny.answer == "" and tiny.usage.total_tokens <= 60
+    assert _search_step(tiny)["shown"] == []  # it read nothing, and says so: no answer made up
+
+
+def test_read_is_an_action_only_where_there_is_an_index(embedded, agentrt_home):
+    from agentrt import Agent
+    from agentrt.app.cli import build_parser
+    from agentrt.routing import ACTIONS, make_router
+    from agentrt.routing.rules import FixedRouter
+
+    assert "read" in ACTIONS
+    assert isinstance(make_router("fixed:read", Settings()), FixedRouter)
+    assert build_parser().parse_args(["run", "q", "--route", "read"]).route == "read"
+    # no index: the rules router is not offered read (nor plan)
+    bare = Agent(Settings(corpus="nothing-here"), policy=embedded).run(QUESTION, budget=800, router="rules")
+    assert "read" not in bare.decision["probabilities"] and "plan" not in bare.decision["probabilities"]
+    # an indexed corpus whose passages cover the question: the rules router reads it
+    settings = Settings(corpus=DEMO_CORPUS)
+    index_sample_corpus(settings)
+    from memory.corpus import open_corpus, resolve_location
+
+    open_corpus(resolve_location(settings), DEMO_CORPUS).search("warm up", k=1, mode="bm25")  # the BM25 cache
+    indexed = Agent(settings, policy=embedded).run(QUESTION, budget=1500, router="rules")
+    assert "read" in indexed.decision["probabilities"]
+    assert indexed.route == "read" and indexed.citations
+
+
+def test_a_learned_router_without_read_never_picks_it(tmp_path):
+    from agentrt.routing import ACTIONS, extract, make_router
+    from test_gate import _runs  # direct / reason runs, no read
+    from agentrt.train.router import train_router
+
+    model = train_router([], folds=2, examples=_runs(60))
+    path = tmp_path / "router.json"
+    model.save(path)
+    router = make_router(f"learned:{path}", Settings(), actions=ACTIONS)
+    features = extract(QUESTION, index=lambda q: {"coverage": 1.0, "has_index": 1.0, "index_bm25": 3.0,
+                                                  "index_vector": 0.8, "entity_overlap": 1.0, "entity_miss": 0.0,
+                                                  "entity_titled": 1.0})
+    d = asyncio.run(router.decide(QUESTION, features, 1500))
+    assert d.action in ("direct", "reason") and "read" not in d.p_success and "read" not in d.probabilities
