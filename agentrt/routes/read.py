@@ -34,6 +34,7 @@ K = 3  # passages read (the manual retrieve-then-read of issue 38: the gold pass
 PASSAGE_CHARS = 600  # each passage's length when the budget allows
 MIN_PASSAGE_CHARS = 120  # shorter than this a passage says nothing: drop one instead
 MIN_ANSWER_TOKENS = 16  # what must remain for the answer after the prompt
+ANSWER_TOKENS = 64  # a few words are asked for; a small model that loops on digits stops here, marked truncated
 SEARCH_TIMEOUT_S = 30.0
 SYSTEM = ("Answer the question using only the documents below. Answer in a few words. "
           "If the documents do not contain the answer, say \"I don't know.\"")
@@ -106,7 +107,7 @@ async def run(ctx: RunContext, question: str) -> RouteOutput:
         ctx.best_answer = NO_ANSWER
         return RouteOutput(NO_ANSWER)
     # a small model goes on to invent the next "Question:" after its answer: stop there
-    params = GenParams(max_tokens=ctx.settings.answer_max_tokens, stop=["\nQuestion:"],
+    params = GenParams(max_tokens=min(ANSWER_TOKENS, ctx.settings.answer_max_tokens), stop=["\nQuestion:"],
                        chat_template_kwargs=no_thinking(ctx.settings, ctx.policy))
     completion = await ctx.call_model("answer", read_messages(ctx, question, shown, chars), params,
                                       min_tokens=MIN_ANSWER_TOKENS, thought=False)

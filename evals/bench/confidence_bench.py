@@ -227,7 +227,9 @@ def main() -> None:
     agent = Agent(load_settings(policy=args.policy))
     t = time.perf_counter()
     rows = _collect(agent, items, args.budget, out / "runs.jsonl")
-    expected = _expected(agent, items, rows, out / "expected.jsonl") if hasattr(agent.policy, "score") else None
+    from agentrt.core.protocols import Scorer
+
+    expected = _expected(agent, items, rows, out / "expected.jsonl") if isinstance(agent.policy, Scorer) else None
     print(report(rows, items, expected))
     print(f"\n{len(items)} items ({args.easy} easy-dev, {args.gsm8k} gsm8k), policy {args.policy}, "
           f"budget {args.budget}; {time.perf_counter() - t:.0f} s; load average {os.getloadavg()[0]:.2f} "

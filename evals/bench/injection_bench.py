@@ -253,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             asyncio.run(run_all())
         finally:
-            backend_close = getattr(backend, "close", None)
-            if backend_close:
-                backend_close()
+            from agentrt.core.protocols import Closable
+
+            if isinstance(backend, Closable):
+                backend.close()
     report(done, items, routes, modes, console, title)
     return 0
 

@@ -256,9 +256,10 @@ def main() -> None:
             levels = [(c, best["serve", c], best["sdk", c]) for c in args.concurrency]
         finally:
             stop_server(proc)
-            close = getattr(agent.policy, "close", None)
-            if close is not None:
-                close()
+            from agentrt.core.protocols import Closable
+
+            if isinstance(agent.policy, Closable):
+                agent.policy.close()
         vllm_levels = part_vllm(env, Path(home), args) if args.vllm else None
     console = Console(width=120)  # every column whole, also in a narrow terminal or a log
     t = Table(title=f"Streaming one request, route direct, max_tokens {args.max_tokens} "

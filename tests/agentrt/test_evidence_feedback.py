@@ -216,3 +216,15 @@ def test_a_policy_no_router_was_trained_for_is_other_policy_and_learns_from_its_
     assert {e.action for e in mine} == {"direct", "abstain"} and len(mine) == 24
     theirs = traffic_examples(agent.settings, registry.policy_fingerprint(None, "hf:embedded"))
     assert {e.action for e in theirs} == {"abstain"} and len(theirs) == 12
+
+
+def test_serve_exploration_and_learn_traffic_refuse_bad_input_in_one_line(capsys):
+    assert main(["serve", "--explore", "0.9"]) == 2
+    assert "--explore must be in [0, 0.5]" in capsys.readouterr().err
+    assert main(["learn"]) == 2
+    assert "pass --traffic" in capsys.readouterr().err
+    assert main(["learn", "--traffic", "easy"]) == 2
+    assert "leave the suites out" in capsys.readouterr().err
+    assert main(["learn", "--traffic"]) == 2  # a fresh home: nothing served yet
+    err = capsys.readouterr().err
+    assert "no traffic in" in err and err.count("\n") == 1

@@ -96,8 +96,10 @@ def test_trl_sft_keeps_only_ok_runs_with_an_answer(tmp_path):
     report = export(records, "trl-sft", tmp_path / "sft.jsonl")
     rows = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
     assert [r["run_id"] for r in rows] == ["ok", "ok-low"]
-    assert report.skipped == {"status cancelled": 1, "status failed": 1, "status truncated": 1, "empty answer": 1}
-    assert "skipped: 1 (empty answer)" in report.summary()
+    # runs without a real answer go before any format sees them (issue 37); trl-sft then drops the truncated one
+    assert report.skipped == {"failed run: status cancelled": 1, "failed run: status failed": 1,
+                              "status truncated": 1, "failed run: no real answer (empty answer)": 1}
+    assert "1 (failed run: no real answer (empty answer))" in report.summary()
 
 
 def test_trl_sft_reward_threshold_and_statuses():

@@ -162,3 +162,28 @@ def test_settings_is_never_annotated_any():
             if "Any" in annotation.replace("'", "").replace('"', "").split(" | "):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: settings: {annotation}")
     assert not found, "\n".join(found)
+
+
+def test_optional_backend_abilities_are_declared_not_probed():
+    # score / close / tokenizer / path are core.protocols' Scorer, Closable, Tokenized, LocalModel
+    found = []
+    for _, path in _modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr")
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                    and node.args[1].value in ("score", "close", "tokenizer", "path")):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "\n".join(found)
+
+
+def test_the_abilities_match_the_backends_that_have_them(embedded):
+    from agentrt.backends.scripted import ScriptedBackend
+    from agentrt.core.protocols import Closable, LocalModel, ModelBackend, Scorer, Tokenized
+
+    scripted = ScriptedBackend(["ok"])
+    assert isinstance(scripted, ModelBackend) and not isinstance(scripted, Scorer | Closable | LocalModel)
+    assert all(isinstance(embedded, p) for p in (ModelBackend, Scorer, Closable, Tokenized, LocalModel))
+    assert (embedded.path / "config.json").is_file()
+    from agentrt.backends import can_score
+
+    assert can_score("hf:embedded") and not can_score("openai:http://127.0.0.1:9/v1#m")
