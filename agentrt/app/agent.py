@@ -348,11 +348,16 @@ def _contract(ctx: RunContext, output: RouteOutput, status: str,
 
     own = {getattr(t, "name", "") for t in ctx.tools or []} | {"search", "calculator", "python"}
     verdict = check_answer(output.answer, ctx.question, own_tools=own)
+    if status == "truncated" and not error:  # the answer call stopped at its token limit, not the budget
+        error = "the answer was cut at its token limit (answer_max_tokens)"
     if verdict.ok or status not in ("ok", "truncated"):
         return output, status, error, None
-    partial = output.answer.strip() or None
+    # a route that found no answer itself (a vote without a majority) keeps its best text in partial
+    partial = output.answer.strip() or output.partial or None
+    why = "the route found none (its best text is in partial)" if output.partial and not output.answer.strip() \
+        else verdict.reason
     output = replace(output, answer="", partial=partial)
-    return output, status if status == "truncated" else "no_answer", error or f"no answer: {verdict.reason}", partial
+    return output, status if status == "truncated" else "no_answer", error or f"no answer: {why}", partial
 
 
 def _answer_confidence(ctx: RunContext) -> float | None:

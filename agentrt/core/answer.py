@@ -80,7 +80,8 @@ def check_answer(text: str | None, question: str = "", *,
     if not _WORD.search(body):
         return AnswerVerdict(False, "no words in the answer")
     # a greeting answered in kind ("Bye!" -> "Bye!") is a reply; a question of four words or more echoed is none
-    if question and len(question.split()) > 3 and _words(body) == _words(question):
+    # (a note in parentheses after the echo, "(incomplete: no findings for s1)", does not make it an answer)
+    if question and len(question.split()) > 3 and _words(re.sub(r"\([^()]*\)", " ", body)) == _words(question):
         return AnswerVerdict(False, "the answer repeats the question")
     return AnswerVerdict(True)
 

@@ -4,8 +4,10 @@ a verifier callable when the task has one (ties broken by votes, then by order).
 
 Each sample's answer is found by ``agentrt.core.answer.answer_span``, the extractor the verifiers grade
 with ("Final answer: 42" -> "42", also when the thought was never closed); the vote runs over their
-normalized forms, and the record's sample_selection step keeps every span and the one that won. When no
-sample states a real answer the route returns none (the run ends ``no_answer``: the vote found no answer).
+normalized forms, and the record's sample_selection step keeps every span and the one that won. A majority
+vote needs a strict majority of the samples behind one answer; when no answer has one, or no sample states a
+real answer, the route returns none (the run ends ``no_answer``: the vote found no answer; the plurality's
+span is kept as the run's ``partial``).
 """
 
 from __future__ import annotations
@@ -69,11 +71,14 @@ async def reason_samples(ctx: RunContext, samples: int, *, thinking_cap: int,
                                    confidence_status=output.confidence_status))
     best, info = select(spans, verifier)
     found = bool(spans) and check_answer(spans[best], ctx.question).ok
+    if found and verifier is None:  # a plurality of 2 in 4 is no majority: the samples disagree
+        found = info["votes"].get(normalize(spans[best]), 0) * 2 > len(spans)
     ctx.record(SampleSelectionStep(method="verifier" if verifier else "majority", answers=spans, chosen=best,
                                    won=spans[best] if found else None, **info))
     if not found:  # no sample stated an answer: say so (the contract ends the run no_answer), never a thought line
         ctx.best_answer = ""
-        return RouteOutput("", outputs[best].thought if outputs else None)
+        return RouteOutput("", outputs[best].thought if outputs else None,
+                           partial=spans[best] if spans and spans[best].strip() else None)
     ctx.best_answer = spans[best]
     return outputs[best]
 

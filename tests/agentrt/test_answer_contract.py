@@ -96,21 +96,30 @@ def test_after_two_tool_errors_the_model_must_answer_without_the_tool():
     assert "calculator" not in third_schema  # the third step could only be final_answer
 
 
+class Batch(ScriptedBackend):  # n choices from one call, one reply each
+    async def chat(self, messages, params):
+        from agentrt.core.types import Choice, Completion, Usage
+        self.calls.append((messages, params))
+        return Completion([Choice(t, None, None, "stop") for t in self.replies[:params.n]], None, Usage(10, 40))
+
+
 def test_samples_vote_on_the_answer_span_and_record_the_winner():
-    replies = ["12 and 30 make 42.\nFinal answer: 42", "Let me add.\nFinal answer: 42 ", "I think about logic.\n"
-               "Final answer: 32", "No idea, thinking forever about logical thinking"]
-
-    class Batch(ScriptedBackend):  # n choices from one call
-        async def chat(self, messages, params):
-            from agentrt.core.types import Choice, Completion, Usage
-            self.calls.append((messages, params))
-            return Completion([Choice(t, None, None, "stop") for t in replies[:params.n]], None, Usage(10, 40))
-
-    agent = Agent(policy=Batch())
+    agent = Agent(policy=Batch(["12 and 30 make 42.\nFinal answer: 42", "Let me add.\nFinal answer: 42 ",
+                                "<think>unclosed, but it says Final answer: 42", "I think about logic.\nFinal answer: 32"]))
     r = agent.run("What is 12 + 30?", route="reason", samples=4, budget=4000, tools=[])
     assert (r.status, r.answer) == ("ok", "42")
     step = next(s for s in find_record(agent.writer.path, r.trajectory_id).steps if s["kind"] == "sample_selection")
-    assert step["won"] == "42" and step["votes"]["42"] == 2 and step["answers"][2] == "32"
+    assert step["won"] == "42" and step["votes"]["42"] == 3 and step["answers"][3] == "32"
+
+
+def test_a_vote_without_a_majority_finds_no_answer():
+    agent = Agent(policy=Batch(["Final answer: 42", "Final answer: 32", "Final answer: 32",
+                                "No idea, thinking forever about logical thinking"]))
+    r = agent.run("What is 12 + 30?", route="reason", samples=4, budget=4000, tools=[])
+    assert (r.status, r.answer, r.partial) == ("no_answer", "", "32")
+    assert r.error == "no answer: the route found none (its best text is in partial)"
+    step = next(s for s in r.record.steps if s["kind"] == "sample_selection")
+    assert step["won"] is None and step["votes"] == {"42": 1, "32": 2, "no idea thinking forever about logical thinking": 1}
 
 
 def test_chitchat_goes_direct_and_gets_no_tools():

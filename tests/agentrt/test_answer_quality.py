@@ -50,7 +50,7 @@ def test_samples_answer_42_or_say_the_vote_found_none(sample_agent):
     r = sample_agent.run("What is 12 + 30?", route="reason", samples=4, budget=4096)
     step = next(s for s in r.record.steps if s["kind"] == "sample_selection")
     assert len(step["answers"]) == 4
-    if r.status == "ok":
+    if r.status == "ok":  # a strict majority of the samples said it
         assert "42" in r.answer and step["won"] == r.answer
-    else:
-        assert (r.status, r.answer, step["won"]) == ("no_answer", "", None)
+    else:  # the samples disagreed (the 135M model often says 32): the vote found no answer, and says so
+        assert (r.status, r.answer, step["won"]) == ("no_answer", "", None) and r.error.startswith("no answer: ")
