@@ -354,8 +354,9 @@ def _contract(ctx: RunContext, output: RouteOutput, status: str,
         return output, status, error, None
     # a route that found no answer itself (a vote without a majority) keeps its best text in partial
     partial = output.answer.strip() or output.partial or None
-    why = "the route found none (its best text is in partial)" if output.partial and not output.answer.strip() \
-        else verdict.reason
+    voted = any(st.get("kind") == "sample_selection" and st.get("won") is None for st in ctx.steps)
+    why = ("the samples' vote found no majority answer" if voted else "the route found none") \
+        + " (its best text is in partial)" if output.partial and not output.answer.strip() else verdict.reason
     output = replace(output, answer="", partial=partial)
     return output, status if status == "truncated" else "no_answer", error or f"no answer: {why}", partial
 

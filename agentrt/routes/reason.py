@@ -10,6 +10,7 @@ the run asked for a thought (a ``thinking_cap``) or for samples, which the tool 
 
 from __future__ import annotations
 
+from agentrt.core.errors import BudgetExceeded
 from agentrt.core.types import GenParams, Message
 from agentrt.routes._confidence import read_tail, tail_params, wants_tail, with_instruction
 from agentrt.routes.context import RouteOutput, RunContext
@@ -27,6 +28,9 @@ async def run(ctx: RunContext, question: str) -> RouteOutput:
         if allowed:
             loop = await run_tool_loop(ctx, ctx.conversation(None), allowed, max_steps=ctx.settings.tool_steps,
                                         budget=ctx.budget)
+            if loop.stopped == "budget" and not loop.answer:  # the run's truncated result, with the reason
+                raise BudgetExceeded(f"the budget ran out in the tool loop before an answer ({ctx.budget.remaining} "
+                                     f"tokens left); raise the budget or pass --no-tools")
             ctx.best_answer = loop.answer
             trace = "; ".join(f"{c['name']}({c['args']}) -> {c['error'] or c['result']}" for c in loop.calls)
             return RouteOutput(loop.answer, trace or None)

@@ -117,7 +117,7 @@ def test_a_vote_without_a_majority_finds_no_answer():
                                 "No idea, thinking forever about logical thinking"]))
     r = agent.run("What is 12 + 30?", route="reason", samples=4, budget=4000, tools=[])
     assert (r.status, r.answer, r.partial) == ("no_answer", "", "32")
-    assert r.error == "no answer: the route found none (its best text is in partial)"
+    assert r.error == "no answer: the samples' vote found no majority answer (its best text is in partial)"
     step = next(s for s in r.record.steps if s["kind"] == "sample_selection")
     assert step["won"] is None and step["votes"] == {"42": 1, "32": 2, "no idea thinking forever about logical thinking": 1}
 
@@ -173,3 +173,25 @@ def test_evals_count_no_answer_as_wrong_never_as_abstaining():
            "tool_calls": 0, "latency_s": 1.0, "route": "reason", "p_success": None}
     out = summarize([rec, {**rec, "item_id": "b", "correct": True, "score": 1.0, "status": "ok", "answer": "4"}])
     assert out["no_answer"] == 0.5 and out["accuracy"] == 0.5 and "abstention" not in out
+
+
+def test_the_server_withholds_no_answer_and_says_why():
+    from agentrt.app.server_request import RunPlan
+    from agentrt.app.server_response import agentrt_extra, choices
+
+    r = Agent(policy=ScriptedBackend([DOCS])).run("Who directed Sinister?", route="direct", budget=300)
+    plan = RunPlan(request=None)
+    (choice,) = choices(r, plan)
+    assert (choice.content, choice.finish_reason) == ("", "content_filter")
+    extra = agentrt_extra(r)
+    assert extra["status"] == "no_answer" and extra["error"].startswith("no answer: raw tool output")
+    ok = Agent(policy=ScriptedBackend(["Scott Derrickson."])).run("Who directed Sinister?", route="direct", budget=300)
+    assert [(c.content, c.finish_reason) for c in choices(ok, plan)] == [("Scott Derrickson.", "stop")]
+    assert "error" not in agentrt_extra(ok)
+
+
+def test_a_tool_loop_the_budget_cuts_before_any_answer_ends_truncated_with_the_reason():
+    agent = Agent(policy=ScriptedBackend(["x"]))
+    r = agent.run("What is 2 + 2?", route="reason", budget=40, tools=builtin_tools(agent.settings))
+    assert (r.status, r.answer, r.truncated) == ("truncated", "", True)
+    assert r.error.startswith("the budget ran out in the tool loop before an answer")
