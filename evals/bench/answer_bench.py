@@ -103,7 +103,8 @@ async def run_one(agent: Any, spec: dict[str, Any], top: int = MAX_BUDGET) -> di
         result = await agent.arun(spec["question"], budget=budget, route=route)
     except Exception as e:  # a raised run is a failure the bench reports, never a silent pass
         return {**row, "status": "raised", "route_taken": spec["route"], "answer": "",
-                "error": f"{type(e).__name__}: {e}", "real": False, "violation": "", "tokens": 0, "wall_s": round(time.perf_counter() - t0, 2)}
+                "error": f"{type(e).__name__}: {e}", "real": False, "violation": "", "tokens": 0,
+                "wall_s": round(time.perf_counter() - t0, 2)}
     return {**row, "status": result.status, "route_taken": result.route, "answer": result.answer[:300],
             "partial": (result.partial or "")[:300], "error": result.error, "tokens": result.usage.total_tokens,
             "wall_s": round(time.perf_counter() - t0, 2), **verdict(result)}

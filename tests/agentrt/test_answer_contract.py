@@ -105,7 +105,8 @@ class Batch(ScriptedBackend):  # n choices from one call, one reply each
 
 def test_samples_vote_on_the_answer_span_and_record_the_winner():
     agent = Agent(policy=Batch(["12 and 30 make 42.\nFinal answer: 42", "Let me add.\nFinal answer: 42 ",
-                                "<think>unclosed, but it says Final answer: 42", "I think about logic.\nFinal answer: 32"]))
+                                "<think>unclosed, but it says Final answer: 42",
+                                "I think about logic.\nFinal answer: 32"]))
     r = agent.run("What is 12 + 30?", route="reason", samples=4, budget=4000, tools=[])
     assert (r.status, r.answer) == ("ok", "42")
     step = next(s for s in find_record(agent.writer.path, r.trajectory_id).steps if s["kind"] == "sample_selection")
@@ -119,7 +120,8 @@ def test_a_vote_without_a_majority_finds_no_answer():
     assert (r.status, r.answer, r.partial) == ("no_answer", "", "32")
     assert r.error == "no answer: the samples' vote found no majority answer (its best text is in partial)"
     step = next(s for s in r.record.steps if s["kind"] == "sample_selection")
-    assert step["won"] is None and step["votes"] == {"42": 1, "32": 2, "no idea thinking forever about logical thinking": 1}
+    assert step["won"] is None
+    assert step["votes"] == {"42": 1, "32": 2, "no idea thinking forever about logical thinking": 1}
 
 
 def test_chitchat_goes_direct_and_gets_no_tools():
