@@ -79,9 +79,10 @@ def check_answer(text: str | None, question: str = "", *,
         return AnswerVerdict(False, "tool-call JSON instead of an answer")
     if not _WORD.search(body):
         return AnswerVerdict(False, "no words in the answer")
-    # a greeting answered in kind ("Bye!" -> "Bye!") is a reply; a question of four words or more echoed is none
+    # a greeting answered in kind ("Bye!" -> "Bye!") is a reply; a question (or four words or more) echoed is none
     # (a note in parentheses after the echo, "(incomplete: no findings for s1)", does not make it an answer)
-    if question and len(question.split()) > 3 and _words(re.sub(r"\([^()]*\)", " ", body)) == _words(question):
+    asks = question.strip().endswith("?") or len(question.split()) > 3
+    if question and asks and _words(re.sub(r"\([^()]*\)", " ", body)) == _words(question):
         return AnswerVerdict(False, "the answer repeats the question")
     return AnswerVerdict(True)
 

@@ -36,6 +36,8 @@ SETTINGS_SAMPLES = {
     "router_floors": ('{"plan": 0.4, "reason": 0.2}', {"plan": 0.4, "reason": 0.2}),
     "router_temperature": ("0.7", 0.7),
     "router_epsilon": ("0.1", 0.1),
+    "router_min_evidence": ("5", 5.0),
+    "serve_explore": ("0.1", 0.1),
     "cascade_threshold": ("-1.5", -1.5),
     "cascade_signal": ("stated", "stated"),
     "cascade_stated_threshold": ("0.7", 0.7),
