@@ -6,9 +6,9 @@ by adding a factory to ``ROUTERS`` (``"mine": "evals.my_router:build"``) — imp
 
 * ``fixed:ROUTE`` always takes ROUTE (direct, reason, ...): the per-action baselines the oracle uses.
 * ``rules``, ``self``, ``cascade``, ``learned:PATH``: the Agent decides with that router
-  (agentrt.routing); its predicted success probability is read from the trajectory's route step.
+  (agentrt.router); its predicted success probability is read from the trajectory's route step.
 
-Every spec but the ``ROUTERS`` names is checked by ``agentrt.routing.make_router``: one parser.
+Every spec but the ``ROUTERS`` names is checked by ``agentrt.router.make_router``: one parser.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from evals.suites import Item
 class Choice:
     route: str | None            # None: the Agent chooses
     p_success: float | None = None
-    router: str | None = None    # an agentrt.routing spec the Agent decides with (rules, learned:PATH, ...)
+    router: str | None = None    # an agentrt.router spec the Agent decides with (rules, learned:PATH, ...)
 
 
 class EvalRouter(Protocol):
@@ -51,7 +51,7 @@ class FixedRouter:
 
 @dataclass(slots=True)
 class AgentRouter:
-    """One of the runtime's routers (agentrt.routing): the Agent decides per item with it."""
+    """One of the runtime's routers (agentrt.router): the Agent decides per item with it."""
 
     spec: str
     name: str = ""
@@ -74,7 +74,7 @@ ROUTERS: dict[str, str] = {}
 def make_router(spec: str, settings: Settings | None = None) -> EvalRouter:
     """``fixed:<route>`` | ``rules`` | ``self`` | ``cascade`` | ``learned:PATH`` | a name registered in ROUTERS.
 
-    The runtime's specs are parsed by ``agentrt.routing.make_router`` (the one parser; a learned
+    The runtime's specs are parsed by ``agentrt.router.make_router`` (the one parser; a learned
     router's file is loaded there, so a missing or stale file fails before any model loads); a spec
     it does not know may name one of the harness's own routers in ``ROUTERS``. ``settings``: what
     the runtime's router is built with for that check (default: ``Settings()``). Bad specs raise
@@ -82,7 +82,7 @@ def make_router(spec: str, settings: Settings | None = None) -> EvalRouter:
     """
     from agentrt.core.errors import ConfigError
     from agentrt.core.types import ROUTES
-    from agentrt.routing import make_router as runtime_router
+    from agentrt.router import make_router as runtime_router
 
     kind, _, arg = spec.partition(":")
     if settings is None:

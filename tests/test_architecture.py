@@ -97,7 +97,7 @@ def test_rooms_do_not_load_the_runtime():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     loaded = out.stdout.split()
-    above_core = ("app", "train", "batch", "routes", "routing", "trajectory", "backends")
+    above_core = ("app", "train", "batch", "routes", "router", "trajectory", "backends")
     bad = [m for m in loaded if m.split(".")[1] in above_core]
     assert bad == [], f"the rooms loaded runtime modules: {bad}"
     assert "agentrt.core.errors" in loaded  # the check looks at the right thing

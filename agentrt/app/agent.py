@@ -21,8 +21,8 @@ from agentrt.core.events import Event, RunFinished, RunStarted
 from agentrt.core.protocols import ModelBackend
 from agentrt.core.request import RunHooks, RunRequest, check_fit, signature
 from agentrt.core.types import INDEX_ROUTES
-from agentrt.routing import ACTIONS, RouteDecision, extract, make_router
-from agentrt.routing.decision import cascade_unsure
+from agentrt.router import ACTIONS, RouteDecision, extract, make_router
+from agentrt.router.decision import cascade_unsure
 from agentrt.core.types import Usage
 from agentrt.routes import CONFIDENT_ROUTES, RouteOutput, get_route
 from agentrt.routes.context import RunContext
@@ -306,18 +306,18 @@ class Agent:
         return record
 
     async def astream(self, question: str, **options: Any) -> AsyncIterator[Event]:
-        """Run ``question`` and yield typed events (agentrt.app.events) as they happen; the last is ``Answer``.
+        """Run ``question`` and yield typed events (agentrt.app.streaming) as they happen; the last is ``Answer``.
 
         Takes ``arun``'s arguments. Closing the iterator early cancels the run (saved as cancelled).
         """
-        from agentrt.app.events import astream
+        from agentrt.app.streaming import astream
 
         async for event in astream(self, *self.request(question, **options)):
             yield event
 
     def stream(self, question: str, **options: Any) -> Iterator[Event]:
         """The synchronous form of ``astream`` (the run goes on in a helper thread)."""
-        from agentrt.app.events import stream
+        from agentrt.app.streaming import stream
 
         return stream(self, *self.request(question, **options))
 

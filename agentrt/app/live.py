@@ -101,7 +101,7 @@ class LiveView:
 
 
 def run_live(events: Iterable[Any], out: TextIO | None = None, err: TextIO | None = None) -> Any:
-    """Show a run's ``events`` (``agentrt.app.events.stream``: they end with ``Answer``) live; returns its Result."""
+    """Show a run's ``events`` (``agentrt.app.streaming.stream``: they end with ``Answer``) live; returns its Result."""
     view = LiveView(out or sys.stdout, err or sys.stderr)
     result = None
     for event in events:

@@ -26,7 +26,7 @@ from rich.text import Text
 from agentrt.app.live import no_answer_line
 from agentrt.app.agent import Agent
 from agentrt.core.errors import AgentrtError, UserError
-from agentrt.app.events import (Answer, BudgetUpdate, Event, Plan, PlanApproved, RouteDecided, RunStarted, StepFinished,
+from agentrt.app.streaming import (Answer, BudgetUpdate, Event, Plan, PlanApproved, RouteDecided, RunStarted, StepFinished,
                             StepStarted, TokenDelta, ToolCall)
 from agentrt.core.types import ROUTES
 

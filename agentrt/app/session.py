@@ -132,7 +132,7 @@ class Session:
 
     async def astream(self, question: str, **options: Any) -> AsyncIterator[Event]:
         """One turn as typed events (see ``Agent.astream``); the turn is remembered at its ``Answer``."""
-        from agentrt.app.events import Answer, astream
+        from agentrt.app.streaming import Answer, astream
 
         async for event in astream(self.agent, *(await self._request(question, options))):
             if isinstance(event, Answer):

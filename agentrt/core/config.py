@@ -151,7 +151,7 @@ class Settings(BaseModel):
     # answer: given more, the 135M model re-applies the operation to its own result ("90118 + 1675" after
     # 88443 + 1675 = 90118; 4 of 8 arith-dev right with 4 steps, 8 of 8 with 2). Raise it for a capable policy.
     tool_steps: int = Field(default=2, ge=1, le=16)
-    # Routing (agentrt.routing): which router, the utility's token price lambda, per-action floors,
+    # Routing (agentrt.router): which router, the utility's token price lambda, per-action floors,
     # exploration (softmax temperature / epsilon, propensities logged) and the cascade's threshold.
     router: str = "auto"  # auto: the promoted learned router for the policy, else the shipped one, else rules
     router_lambda: float = Field(default=0.3, ge=0.0)
@@ -159,7 +159,7 @@ class Settings(BaseModel):
     router_temperature: float = Field(default=0.0, ge=0.0)
     router_epsilon: float = Field(default=0.0, ge=0.0, le=1.0)
     # A learned router's estimate counts as calibrated when at least this many training runs (an effective
-    # sample size, agentrt.routing.evidence) resemble the question; below it the rules router decides.
+    # sample size, agentrt.router.evidence) resemble the question; below it the rules router decides.
     router_min_evidence: float = Field(default=3.0, ge=0.0)
     # Exploration in production: `agentrt serve` decides epsilon-greedy with this share unless router_epsilon is
     # set (a `run` explores only when router_epsilon says so). Among the actions the router may choose (their

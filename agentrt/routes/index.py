@@ -13,7 +13,7 @@ from typing import Any
 
 from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError
-from agentrt.routing.features import index_signals
+from agentrt.router.features import index_signals
 
 _CORPORA: dict[tuple[str, str], Any] = {}
 
@@ -59,7 +59,7 @@ def can_search(settings: Settings) -> bool:
 
 
 def corpus_signals(settings: Settings) -> Callable[[str], dict[str, float]] | None:
-    """The router's index features over the corpus ``settings.corpus`` (``agentrt.routing.features.index_signals``):
+    """The router's index features over the corpus ``settings.corpus`` (``agentrt.router.features.index_signals``):
     its top 10 BM25 passages (word coverage, entities found, the best score) and the best vector hit's cosine
     similarity. None when no local index exists (nothing is opened then). About 15 ms a question: one BM25
     query, one query embedding, one vector lookup."""

@@ -268,7 +268,7 @@ def tools_for_route(route: str, tools: list[Tool], settings: Settings) -> list[T
 def safe_tools(settings: Settings, question: str = "") -> list[Tool]:
     """The tools a run gets by default (``settings.tools == "safe"``): the calculator for a question that
     holds a number, and a search of the private index (``settings.corpus``) when one exists here; none when
-    ``settings.tools == "off"`` or for small talk (a greeting, thanks: ``routing.features.is_chitchat``).
+    ``settings.tools == "off"`` or for small talk (a greeting, thanks: ``router.features.is_chitchat``).
     Nothing here runs code or writes anything.
 
     Why the number: offered the calculator on "How long does it take?", the 135M model calls it with the
@@ -276,7 +276,7 @@ def safe_tools(settings: Settings, question: str = "") -> list[Tool]:
     nothing to calculate."""
     if getattr(settings, "tools", "safe") == "off":
         return []
-    from agentrt.routing.features import is_chitchat
+    from agentrt.router.features import is_chitchat
 
     if is_chitchat(question):  # "Hi, my name is Kai." searched the index for "search" and leaked it (issue 37)
         return []

@@ -15,8 +15,8 @@ from typing import Any
 
 from agentrt.core.config import Settings
 from agentrt.core.errors import InputError
-from agentrt.routing import registry
-from agentrt.routing.learned import RouterModel
+from agentrt.router import registry
+from agentrt.router.learned import RouterModel
 from agentrt.train.router import Example, train_router
 from agentrt.train.router_eval import (PolicyEval, Verdict, compare, config, drift, evaluate, fixed_estimator,
                                        model_estimator, rules_estimator, split)
@@ -84,7 +84,7 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Setting
     if old is not None and (old.provenance or {}).get("policy", {}).get("id") == fingerprint.id:
         inc = evaluate(incumbent.name, model_estimator(old), q, held, cand_cfg, rounds, seed)
     else:  # the rules, or a router for another policy (which falls back to the rule priors at run time)
-        from agentrt.routing.decision import UtilityConfig
+        from agentrt.router.decision import UtilityConfig
 
         rules_cfg = UtilityConfig(lam=lam, actions=actions, floors=dict(getattr(settings, "router_floors", {}) or {}))
         inc = evaluate(incumbent.name, rules_estimator(settings), q, held, rules_cfg, rounds, seed)

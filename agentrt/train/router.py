@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentrt.core.errors import InputError
-from agentrt.routing import evidence
-from agentrt.routing.decision import UtilityConfig, choose
-from agentrt.routing.features import INDEX_FEATURES, NUMERIC_FEATURES, STATEFUL_FEATURES, extract, vectorize
-from agentrt.routing.learned import ActionModel, RouterModel, sigmoid
+from agentrt.router import evidence
+from agentrt.router.decision import UtilityConfig, choose
+from agentrt.router.features import INDEX_FEATURES, NUMERIC_FEATURES, STATEFUL_FEATURES, extract, vectorize
+from agentrt.router.learned import ActionModel, RouterModel, sigmoid
 from agentrt.trajectory import ReadReport, read_trajectories
 
 MAX_WEIGHT = 20.0  # clip 1/propensity: a few rare actions must not dominate the fit

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.core.config import Settings
-from agentrt.routing.decision import UtilityConfig, choose
-from agentrt.routing.features import NUMERIC_FEATURES
-from agentrt.routing.learned import DEFAULT_FLOORS, RouterModel
+from agentrt.router.decision import UtilityConfig, choose
+from agentrt.router.features import NUMERIC_FEATURES
+from agentrt.router.learned import DEFAULT_FLOORS, RouterModel
 from agentrt.train.router import MAX_WEIGHT, Example, calibration, ece_floor
 
 # A policy's view of one example: (p_success per action, expected tokens per action)
@@ -37,7 +37,7 @@ def model_estimator(model: RouterModel) -> Estimator:
 
 def rules_estimator(settings: Settings) -> Estimator:
     """The rule priors' estimates (what ``rules`` decides with)."""
-    from agentrt.routing.rules import expected_tokens, rule_p_success
+    from agentrt.router.rules import expected_tokens, rule_p_success
 
     def estimate(e: Example) -> tuple[dict[str, float], dict[str, float]]:
         f = dict(zip(NUMERIC_FEATURES, e.x))

@@ -1,10 +1,10 @@
 """``agentrt learn --traffic``: learn the router from the home's own traffic (runs with users' feedback).
 
-One step per call, by the observe state of the running policy (``agentrt.routing.registry.observe_state``):
+One step per call, by the observe state of the running policy (``agentrt.router.registry.observe_state``):
 
 1. No candidate under observation: train one on the rewarded traffic (``learn_round``: a training slice, a
    held-out slice; never promoted here) and put it under **observation**: from the next request on it decides
-   every request in shadow (the decision step's ``shadow``; agentrt.routing.shadow), at no model-token cost.
+   every request in shadow (the decision step's ``shadow``; agentrt.router.shadow), at no model-token cost.
 2. A candidate under observation: value its would-be decisions off-policy on the runs logged since it started
    that got feedback, doubly robust with a bootstrap interval (by question), beside the router in use (its own
    greedy choice on the same runs, by the same estimator), and apply the gate (``router_eval.compare``: the
@@ -24,8 +24,8 @@ from typing import Any
 
 from agentrt.core.config import Settings
 from agentrt.core.errors import InputError
-from agentrt.routing import registry
-from agentrt.routing.learned import RouterModel
+from agentrt.router import registry
+from agentrt.router.learned import RouterModel
 from agentrt.train.router import MAX_WEIGHT, Example, calibration, load_examples
 from agentrt.train.router_eval import PolicyEval, Verdict, auroc, bootstrap, compare
 

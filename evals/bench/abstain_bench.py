@@ -69,8 +69,8 @@ def main() -> None:
     from agentrt.app.corpus import index_path
     from agentrt.core.config import Settings
     from agentrt.routes.index import corpus_signals
-    from agentrt.routing import make_router
-    from agentrt.routing.features import extract
+    from agentrt.router import make_router
+    from agentrt.router.features import extract
     from evals.devsets import build_index_dev
     from evals.multiturn import _source
 

@@ -62,7 +62,7 @@ def _log(suite: Path, out: Path, home: Path, args) -> Path:
 def _deciding(model, settings, minimum: float):
     """An estimator that decides as the runtime does: the model's estimates where the action it would take has
     evidence, else the rules'. Returns (estimate, state_of) where state_of(e) says which decided for run e."""
-    from agentrt.routing.decision import UtilityConfig, choose
+    from agentrt.router.decision import UtilityConfig, choose
     from agentrt.train.router_eval import rules_estimator
 
     rules = rules_estimator(settings)
@@ -95,8 +95,8 @@ def main() -> None:
     args.limit = args.limit or max(args.n)
 
     from agentrt.core.config import Settings
-    from agentrt.routing import registry
-    from agentrt.routing.learned import RouterModel
+    from agentrt.router import registry
+    from agentrt.router.learned import RouterModel
     from agentrt.train.router import calibration, load_examples, train_router
     from agentrt.train.router_eval import config, evaluate, fixed_estimator
 

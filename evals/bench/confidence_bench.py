@@ -165,7 +165,7 @@ def report(rows: list[dict], items: list, expected: dict[str, dict] | None = Non
               f"the answer call: {statistics.mean(by[(i.id, 'direct', 'grammar')]['correct'] for i in tailed):.2f}); "
               f"statuses {statuses}", ""]
     # Two-rung cascade (direct -> reason), simulated from the runs above: escalate when unsure.
-    from agentrt.routing.decision import cascade_unsure
+    from agentrt.router.decision import cascade_unsure
 
     lines += ["| cascade signal (threshold) | accuracy | tokens/item | escalated |", "|---|---|---|---|"]
     stated_direct = sorted(by[(i.id, "direct", "grammar")]["stated"] or 0.0 for i in items)

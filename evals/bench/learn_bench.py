@@ -73,12 +73,12 @@ def main() -> None:
     from rich.table import Table
 
     from agentrt.core.config import Settings
-    from agentrt.routing.decision import UtilityConfig
+    from agentrt.router.decision import UtilityConfig
     from agentrt.train.router import train_router
     from agentrt.train.router_eval import (config, evaluate, fixed_estimator, model_estimator, rules_estimator,
                                            split)
 
-    from agentrt.routing.features import INDEX_FEATURES, NUMERIC_FEATURES
+    from agentrt.router.features import INDEX_FEATURES, NUMERIC_FEATURES
 
     examples = load_runs(args.trajectories)
     if args.without == "index":

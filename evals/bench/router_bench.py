@@ -97,7 +97,7 @@ def available(item, actions) -> list[str]:
 
 def utility_config(lam: float, on_index: bool):
     """The routers' choice set on (all five actions) and off (no plan) the private index."""
-    from agentrt.routing import ACTIONS, UtilityConfig
+    from agentrt.router import ACTIONS, UtilityConfig
 
     return UtilityConfig(lam=lam, actions=tuple(a for a in ACTIONS if on_index or a != "plan"))
 
@@ -200,7 +200,7 @@ async def self_decisions(items, out: Path, budget: int, lam: float) -> dict:
     its decision time is one model call's, not a queue's. Cached resumably like the runs."""
     from agentrt import Agent
     from agentrt.core.config import Settings
-    from agentrt.routing import RouteDecision, extract, make_router
+    from agentrt.router import RouteDecision, extract, make_router
 
     cache = out / f"self-lambda{lam}-budget{budget}.jsonl"
     decisions = {}
@@ -241,7 +241,7 @@ def evaluate(items, actions, runs, records: list[tuple[str, str]], out: Path, bu
     Off the private index (every suite but HotpotQA) routers choose without plan, and fixed:plan answers
     with direct: a plan needs passages to search."""
     from agentrt.core.config import Settings
-    from agentrt.routing import extract, make_router
+    from agentrt.router import extract, make_router
     from agentrt.train.router import calibration
 
     questions = sorted({it.id for it in items})

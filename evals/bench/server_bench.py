@@ -100,7 +100,7 @@ def stream_serve(client, question: str, max_tokens: int) -> tuple[float, int, fl
 
 async def stream_sdk(agent, question: str, max_tokens: int) -> tuple[float, int, float]:
     """The same through ``agent.astream`` in this process."""
-    from agentrt.app.events import Answer, TokenDelta
+    from agentrt.app.streaming import Answer, TokenDelta
 
     t0 = time.perf_counter()
     first, tokens = None, 0

@@ -51,7 +51,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from agentrt import Agent
-    from agentrt.app.events import Answer, TokenDelta
+    from agentrt.app.streaming import Answer, TokenDelta
     from agentrt.backends import close_backends, load_backend
     from agentrt.core.config import Settings
     from agentrt.core.types import GenParams

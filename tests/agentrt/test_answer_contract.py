@@ -9,8 +9,8 @@ from agentrt import Agent
 from agentrt.backends.scripted import ScriptedBackend
 from agentrt.core.answer import answer_span, check_answer
 from agentrt.routes.toolcall import builtin_tools, repair_final
-from agentrt.routing.decision import UtilityConfig, choose
-from agentrt.routing.features import extract, is_chitchat
+from agentrt.router.decision import UtilityConfig, choose
+from agentrt.router.features import extract, is_chitchat
 from agentrt.trajectory import find_record
 
 DOCS = '<document id="p1" source="search" title="Sinister">\nSinister is a 2012 horror film.\n</document>'
@@ -178,8 +178,8 @@ def test_evals_count_no_answer_as_wrong_never_as_abstaining():
 
 
 def test_the_server_withholds_no_answer_and_says_why():
-    from agentrt.app.server_request import RunPlan
-    from agentrt.app.server_response import agentrt_extra, choices
+    from agentrt.app.server.request import RunPlan
+    from agentrt.app.server.response import agentrt_extra, choices
 
     r = Agent(policy=ScriptedBackend([DOCS])).run("Who directed Sinister?", route="direct", budget=300)
     plan = RunPlan(request=None)

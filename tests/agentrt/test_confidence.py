@@ -15,7 +15,7 @@ from agentrt.core.confidence import (
 from agentrt.core.config import load_settings
 from agentrt.core.errors import ConfigError, InputError
 from agentrt.core.events import TokenDelta
-from agentrt.routing.decision import cascade_unsure
+from agentrt.router.decision import cascade_unsure
 from agentrt.trajectory import TrajectoryRecord, find_record, read_trajectories
 
 # ---- the parser ---------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_the_default_router_with_an_index_answers_what_the_model_knows_and_absta
     import asyncio
 
     from agentrt.routes.index import corpus_signals
-    from agentrt.routing import extract, make_router
+    from agentrt.router import extract, make_router
     from memory.corpus import open_corpus, resolve_location
 
     settings = Settings(corpus=DEMO_CORPUS)

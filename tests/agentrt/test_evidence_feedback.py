@@ -17,8 +17,8 @@ from agentrt.app.cli import main
 from agentrt.backends.scripted import ScriptedBackend
 from agentrt.core.config import Settings
 from agentrt.core.errors import InputError
-from agentrt.routing import extract, registry
-from agentrt.routing.learned import LearnedRouter, RouterModel
+from agentrt.router import extract, registry
+from agentrt.router.learned import LearnedRouter, RouterModel
 from agentrt.train.router import load_examples, train_router
 from agentrt.trajectory import RewardBreakdown, TaskInfo, TrajectoryRecord, TrajectoryWriter, new_run_id, read_trajectories
 
@@ -183,7 +183,7 @@ def test_a_policy_no_router_was_trained_for_is_other_policy_and_learns_from_its_
     """Honest defaults per policy: the shipped router was trained for the embedded model, so a scripted policy's
     decisions are other_policy from the first request; its own traffic with feedback trains a candidate for it,
     which then decides in shadow (observe mode) on its requests only."""
-    from agentrt.routing import make_router
+    from agentrt.router import make_router
     from agentrt.train.traffic import learn_traffic
 
     backend = ScriptedBackend(["Paris"])

@@ -9,9 +9,9 @@ import random
 from collections import Counter
 
 from agentrt.core.config import Settings
-from agentrt.routing import ACTIONS, UtilityConfig, extract
-from agentrt.routing.decision import choose
-from agentrt.routing.rules import expected_tokens
+from agentrt.router import ACTIONS, UtilityConfig, extract
+from agentrt.router.decision import choose
+from agentrt.router.rules import expected_tokens
 from agentrt.train.router import MIN_RUNS_PER_ACTION, explore_shares
 
 INDEX = {"coverage": 0.9, "has_index": 1.0, "index_bm25": 2.5, "index_vector": 0.6, "entity_overlap": 1.0,

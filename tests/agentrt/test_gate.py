@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from agentrt.routing.features import HASH_DIM, NUMERIC_FEATURES
+from agentrt.router.features import HASH_DIM, NUMERIC_FEATURES
 from agentrt.train.router import Example, train_router
 from agentrt.train.router_eval import PolicyEval, compare, config, evaluate, model_estimator, split
 

@@ -15,8 +15,8 @@ from agentrt import Agent
 from agentrt.app.cli import main
 from agentrt.backends.scripted import ScriptedBackend
 from agentrt.core.config import Settings
-from agentrt.routing import extract, make_router, registry
-from agentrt.routing.learned import RouterModel
+from agentrt.router import extract, make_router, registry
+from agentrt.router.learned import RouterModel
 from agentrt.train.router import train_router
 from agentrt.trajectory import RewardBreakdown, TaskInfo, TrajectoryRecord, TrajectoryWriter, find_record, new_run_id
 

@@ -63,8 +63,8 @@ def test_a_small_budget_cuts_the_passages_and_a_tiny_one_truncates_honestly(samp
 def test_read_is_an_action_only_where_there_is_an_index(embedded, agentrt_home):
     from agentrt import Agent
     from agentrt.app.cli import build_parser
-    from agentrt.routing import ACTIONS, make_router
-    from agentrt.routing.rules import FixedRouter
+    from agentrt.router import ACTIONS, make_router
+    from agentrt.router.rules import FixedRouter
 
     assert "read" in ACTIONS
     assert isinstance(make_router("fixed:read", Settings()), FixedRouter)
@@ -84,7 +84,7 @@ def test_read_is_an_action_only_where_there_is_an_index(embedded, agentrt_home):
 
 
 def test_a_learned_router_without_read_never_picks_it(tmp_path):
-    from agentrt.routing import ACTIONS, extract, make_router
+    from agentrt.router import ACTIONS, extract, make_router
     from test_gate import _runs  # direct / reason runs, no read
     from agentrt.train.router import train_router
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentrt.app.agent import Agent
-from agentrt.app.server_request import ChatRequest, RequestError, plan_run
+from agentrt.app.server.request import ChatRequest, RequestError, plan_run
 from agentrt.core.errors import InputError
 from agentrt.core.request import AnswerOptions, RunHooks, RunRequest, option_names
 

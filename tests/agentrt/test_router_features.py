@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentrt.routing.features import (INDEX_FEATURES, NUMERIC_FEATURES, entities, entity_overlap, entity_titled,
+from agentrt.router.features import (INDEX_FEATURES, NUMERIC_FEATURES, entities, entity_overlap, entity_titled,
                                       extract, index_signals, vectorize)
 
 
@@ -54,7 +54,7 @@ def test_conversation_state_features():
 
 def test_a_router_file_from_before_the_new_features_decides_exactly_as_before(tmp_path):
     """Files fit on an earlier feature list load with weight 0 on what they never saw: same decisions."""
-    from agentrt.routing.learned import RouterModel
+    from agentrt.router.learned import RouterModel
 
     old_features = [f for f in NUMERIC_FEATURES if f not in ("refers_back",) + INDEX_FEATURES[1:]]
     k, dim = len(old_features), len(old_features) + 128
@@ -150,7 +150,7 @@ def test_an_action_with_few_runs_is_held_near_its_base_rate():
     """A rare action's few runs (weighted up by 1/propensity) must not let it memorize one question's words."""
     import random
 
-    from agentrt.routing.features import extract, vectorize
+    from agentrt.router.features import extract, vectorize
     from agentrt.train.router import MIN_RUNS_PER_ACTION, Example, train_router
 
     rng = random.Random(0)
@@ -180,8 +180,8 @@ def test_without_an_index_to_search_no_router_chooses_plan(agentrt_home):
     from agentrt import Agent
     from agentrt.backends.scripted import ScriptedBackend
     from agentrt.core.config import Settings
-    from agentrt.routing import make_router
-    from agentrt.routing.features import extract
+    from agentrt.router import make_router
+    from agentrt.router.features import extract
 
     q = "Which magazine was started first, Arthur's Magazine or First for Women?"
     import asyncio

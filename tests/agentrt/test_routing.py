@@ -12,9 +12,9 @@ from agentrt import Agent
 from agentrt.backends.scripted import ScriptedBackend
 from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError, InputError
-from agentrt.routing import UtilityConfig, choose, extract, make_router
-from agentrt.routing.learned import RouterModel
-from agentrt.routing.features import vectorize
+from agentrt.router import UtilityConfig, choose, extract, make_router
+from agentrt.router.learned import RouterModel
+from agentrt.router.features import vectorize
 from agentrt.train.router import calibration, load_examples, train_router
 from agentrt.trajectory import RewardBreakdown, TrajectoryRecord, TrajectoryWriter, find_record, new_run_id
 
@@ -47,7 +47,7 @@ def test_utility_rule_floors_budget_and_exploration():
 ])
 def test_rules_router_decisions(question, expected):
     from agentrt.core.config import Settings
-    from agentrt.routing.rules import RulesRouter
+    from agentrt.router.rules import RulesRouter
 
     d = RulesRouter(Settings()).decide_sync(question, extract(question), 1024)
     assert d.action in expected, d.reason
@@ -214,8 +214,8 @@ def test_self_router_scores_labels_with_the_embedded_model(agent):
 
 
 def test_auto_is_the_default_and_falls_back_to_rules_when_no_router_ships(tmp_path, monkeypatch):
-    from agentrt.routing import registry
-    from agentrt.routing.rules import RulesRouter
+    from agentrt.router import registry
+    from agentrt.router.rules import RulesRouter
 
     assert Settings().router == "auto"
     monkeypatch.setattr(registry, "SHIPPED_DIR", tmp_path / "none")

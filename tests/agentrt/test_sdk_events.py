@@ -12,7 +12,7 @@ import pytest
 
 from agentrt import Agent
 from agentrt.backends.scripted import ScriptedBackend
-from agentrt.app.events import Answer, BudgetUpdate, RouteDecided, RunStarted, StepFinished, StepStarted, TokenDelta
+from agentrt.app.streaming import Answer, BudgetUpdate, RouteDecided, RunStarted, StepFinished, StepStarted, TokenDelta
 from agentrt.core.events import step_events
 
 

@@ -214,6 +214,6 @@ def test_the_key_comes_from_the_flag_or_the_environment(fake_serve, capsys, monk
     ("0.0.0.0", False), ("::", False), ("192.168.1.7", False), ("10.0.0.1", False), ("example.com", False), ("", False),
 ])
 def test_loopback_addresses(host, loopback):
-    from agentrt.app._http import is_loopback
+    from agentrt.app.server.door import is_loopback
 
     assert is_loopback(host) is loopback

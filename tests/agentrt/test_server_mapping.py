@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from agentrt.app.server_request import ChatRequest, RequestError, call_schema, conversation, offered_tools
-from agentrt.app.server_stream import remainder
+from agentrt.app.server.request import ChatRequest, RequestError, call_schema, conversation, offered_tools
+from agentrt.app.server.stream import remainder
 from agentrt.core.errors import InputError
 from agentrt.core.types import GenParams
 from agentrt.core.request import AnswerOptions

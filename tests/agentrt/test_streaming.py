@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentrt import Agent
-from agentrt.app.events import Answer, StepFinished, TokenDelta
+from agentrt.app.streaming import Answer, StepFinished, TokenDelta
 from agentrt.backends.scripted import ScriptedBackend
 from agentrt.core.types import Completion, GenParams, Message
 from agentrt.routes.thinking import ANSWER_CUE, THINK_CLOSE

@@ -1,4 +1,4 @@
-"""The runtime's routers (agentrt.routing) compared in one eval, with their success probabilities."""
+"""The runtime's routers (agentrt.router) compared in one eval, with their success probabilities."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def test_heuristic_never_cuts_a_decomposition_silently():
 
 
 def test_one_yes_no_cue_for_the_router_and_the_rules():
-    import agentrt.routing.features as features
+    import agentrt.router.features as features
     import planners.heuristic as heuristic
     from agentrt.core.text import YES_NO
 

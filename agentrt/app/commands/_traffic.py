@@ -11,7 +11,7 @@ from pathlib import Path
 def cmd_traffic(args: argparse.Namespace) -> int:
     from agentrt.core.config import load_settings
     from agentrt.core.errors import InputError
-    from agentrt.routing import registry
+    from agentrt.router import registry
     from agentrt.train.traffic import learn_traffic
 
     if not args.traffic:

@@ -154,8 +154,8 @@ def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out
 
     from agentrt.app.agent import Agent
     from agentrt.core.types import INDEX_ROUTES
-    from agentrt.routing import ACTIONS, UtilityConfig, make_router
-    from agentrt.routing.rules import FixedRouter
+    from agentrt.router import ACTIONS, UtilityConfig, make_router
+    from agentrt.router.rules import FixedRouter
     from agentrt.routes.index import corpus_signals
     from agentrt.trajectory import TrajectoryWriter
     from evals.runner import EvalConfig, plan_tasks, prepare_corpus, run_tasks
@@ -229,7 +229,7 @@ def _provenance_extra(args: argparse.Namespace, suites: list[Any], logged: list[
 def cmd_learn(args: argparse.Namespace) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small solves next to a busy model: one thread is faster
     from agentrt.core.config import load_settings
-    from agentrt.routing import registry
+    from agentrt.router import registry
     from agentrt.train.learn import Incumbent, learn_round, reliability_markdown
 
     _check(args)

@@ -52,7 +52,7 @@ def cmd_route(args: argparse.Namespace) -> int:
 
     from agentrt.core.config import load_settings
     from agentrt.core.errors import InputError
-    from agentrt.routing import extract, make_router
+    from agentrt.router import extract, make_router
 
     if not args.question.strip():
         raise InputError("the question is empty; pass a non-empty question")

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _context(args: argparse.Namespace) -> tuple[Path, Any]:
     from agentrt.core.config import load_settings
-    from agentrt.routing.registry import policy_fingerprint
+    from agentrt.router.registry import policy_fingerprint
 
     settings = load_settings(args.config, policy=getattr(args, "policy", None))
     return Path(settings.home), policy_fingerprint(None, settings.policy)
@@ -43,7 +43,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from agentrt.routing import registry
+    from agentrt.router import registry
 
     home, fp = _context(args)
     in_use = registry.resolve_default(home, fp)
@@ -90,7 +90,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from agentrt.routing import registry
+    from agentrt.router import registry
 
     home, fp = _context(args)
     entry = registry.find(home, args.version) if args.version else registry.resolve_default(home, fp)
@@ -108,7 +108,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from agentrt.routing import registry
+    from agentrt.router import registry
 
     home, _ = _context(args)
     entry = registry.promote(home, args.version)
@@ -117,7 +117,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from agentrt.routing import registry
+    from agentrt.router import registry
 
     home, fp = _context(args)
     now = registry.rollback(home, fp.id)

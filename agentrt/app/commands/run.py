@@ -107,7 +107,7 @@ def preflight(settings: Settings, *, question: str | None = None, budget: int | 
                                  thinking_cap=thinking_cap, samples=samples, confidence=confidence)
     specs = [] if route is not None else [s.strip() for s in (routers if routers is not None else [settings.router])]
     if specs:
-        from agentrt.routing import make_router
+        from agentrt.router import make_router
 
         for spec in specs:
             make_router(spec, settings)  # unknown specs and unreadable learned:PATH files raise here
@@ -199,7 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agentrt.app.live import no_answer_line, run_live, wants_live  # on a terminal the answer streams (issue 37)
 
     if wants_live(args):
-        from agentrt.app.events import stream
+        from agentrt.app.streaming import stream
 
         result = run_live(stream(agent, req, RunHooks(tools=tools)))
     else:

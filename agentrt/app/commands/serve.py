@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def door(args: argparse.Namespace) -> tuple[str | None, str | None]:
     """The API key (flag, else $AGENTRT_API_KEY) and a warning to print, or an InputError when the
     address is reachable from other machines and nothing locks it."""
-    from agentrt.app._http import is_loopback
+    from agentrt.app.server.door import is_loopback
     from agentrt.core.errors import InputError
 
     key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)

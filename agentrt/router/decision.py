@@ -37,7 +37,7 @@ class RouteDecision(BaseModel):
     # or a learned router facing another policy, are not calibrated for it)
     calibrated: bool = False
     router_version: str = ""  # the registry version (or file) of a learned router; "" for rule routers
-    # The evidence behind p_success (agentrt.routing.evidence): per action, the effective number of training
+    # The evidence behind p_success (agentrt.router.evidence): per action, the effective number of training
     # runs that resemble this question; the state of the estimate the decision rests on (calibrated |
     # insufficient_evidence | other_policy; hand-set priors have no evidence); the fallback policy that
     # decided instead of the learned estimates ("" when they decided; "rules": out of evidence or for

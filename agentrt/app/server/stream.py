@@ -20,12 +20,12 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
-from agentrt.app.server_response import agentrt_extra, choices, usage
+from agentrt.app.server.response import agentrt_extra, choices, usage
 from agentrt.core.errors import BackendError, UserError
 
 if TYPE_CHECKING:
     from agentrt.app.agent import Agent
-    from agentrt.app.server_request import ChatRequest, RunPlan
+    from agentrt.app.server.request import ChatRequest, RunPlan
 
 
 def timeout_message(limit: float | None, started: list[str]) -> str:
@@ -53,7 +53,7 @@ def is_answer(event: Any) -> bool:
 async def sse(agent: Agent, slots: asyncio.Semaphore, plan: RunPlan, req: ChatRequest, model: str, created: int,
               timeout: float | None = None, tokenizer: Any = None) -> AsyncIterator[str]:
     """The response stream of one request (see the module docstring)."""
-    from agentrt.app.events import Answer, RunStarted, TokenDelta, astream
+    from agentrt.app.streaming import Answer, RunStarted, TokenDelta, astream
 
     cid = "chatcmpl-pending"
     live = plan.n == 1 and not plan.tools  # the answer's tokens go out as they come

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentrt.core.config import Settings
-from agentrt.routing.decision import ACTIONS, RouteDecision, UtilityConfig, choose
+from agentrt.router.decision import ACTIONS, RouteDecision, UtilityConfig, choose
 
 
 def expected_tokens(features: dict[str, float], settings: Settings) -> dict[str, float]:

@@ -13,8 +13,8 @@ from typing import Any
 from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError
 from agentrt.core.protocols import Scorer
-from agentrt.routing.decision import ACTIONS, RouteDecision, UtilityConfig, choose
-from agentrt.routing.features import extract
+from agentrt.router.decision import ACTIONS, RouteDecision, UtilityConfig, choose
+from agentrt.router.features import extract
 
 __all__ = ["ACTIONS", "RouteDecision", "UtilityConfig", "choose", "extract", "make_router", "CascadeRouter"]
 
@@ -31,7 +31,7 @@ class CascadeRouter:
     ladder = ("direct", "reason", "plan")
 
     def __init__(self, settings: Settings, cfg: UtilityConfig | None = None) -> None:
-        from agentrt.routing.rules import RulesRouter
+        from agentrt.router.rules import RulesRouter
 
         self.rules = RulesRouter(settings, cfg)
 
@@ -63,7 +63,7 @@ def make_router(spec: str, settings: Settings, *, policy: Any = None, scorer: An
     it was trained for (else ``settings.policy``'s spec is). ``actions``: the ones it may choose among
     (default all; the Agent leaves out plan when there is no index to search).
     """
-    from agentrt.routing.rules import FixedRouter, RulesRouter
+    from agentrt.router.rules import FixedRouter, RulesRouter
 
     cfg = cfg or UtilityConfig(lam=getattr(settings, "router_lambda", 0.3),
                                floors=dict(getattr(settings, "router_floors", {}) or {}),
@@ -79,14 +79,14 @@ def make_router(spec: str, settings: Settings, *, policy: Any = None, scorer: An
     if kind == "cascade" and not arg:
         return CascadeRouter(settings, cfg)
     if kind == "self" and not arg:
-        from agentrt.routing.selfscore import SelfRouter
+        from agentrt.router.selfscore import SelfRouter
 
         if policy is not None and not isinstance(policy, Scorer):
             raise ConfigError(f"the self router needs a backend that can score text (hf:...); {policy.name} cannot")
         return SelfRouter(scorer or _no_scorer, settings, cfg)
     if kind == "auto" and not arg:
-        from agentrt.routing import registry
-        from agentrt.routing.rules import RulesRouter
+        from agentrt.router import registry
+        from agentrt.router.rules import RulesRouter
 
         fingerprint = _fingerprint(policy, settings)
         entry = registry.resolve_default(_home(settings), fingerprint)
@@ -98,7 +98,7 @@ def make_router(spec: str, settings: Settings, *, policy: Any = None, scorer: An
 
         version = ""
         if not Path(arg).exists() and (arg.startswith("r") or arg.startswith("shipped:")):
-            from agentrt.routing import registry
+            from agentrt.router import registry
 
             version = arg
             arg = str(registry.find(_home(settings), arg).path)
@@ -113,15 +113,15 @@ def _home(settings: Settings) -> Any:
 
 
 def _fingerprint(policy: Any, settings: Settings) -> Any:
-    from agentrt.routing.registry import policy_fingerprint
+    from agentrt.router.registry import policy_fingerprint
 
     return policy_fingerprint(policy, getattr(settings, "policy", None))
 
 
 def _observed(router: Any, entry: Any, settings: Settings, cfg: UtilityConfig, fingerprint: Any) -> Any:
-    """``router``, with the candidate observed for this policy (if any) deciding in shadow (routing.shadow)."""
-    from agentrt.routing import registry
-    from agentrt.routing.shadow import ShadowRouter
+    """``router``, with the candidate observed for this policy (if any) deciding in shadow (router.shadow)."""
+    from agentrt.router import registry
+    from agentrt.router.shadow import ShadowRouter
 
     candidate = registry.observing(_home(settings), fingerprint.id)
     if candidate is None or (entry is not None and candidate.version == entry.version):
@@ -131,7 +131,7 @@ def _observed(router: Any, entry: Any, settings: Settings, cfg: UtilityConfig, f
 
 
 def _learned(path: str, settings: Settings, cfg: UtilityConfig, fingerprint: Any, version: str) -> Any:
-    from agentrt.routing.learned import LearnedRouter, RouterModel
+    from agentrt.router.learned import LearnedRouter, RouterModel
 
     model = RouterModel.load(path)
     # the actions both allowed here and modeled by the file, and those exploration gives a share (drawn

@@ -29,15 +29,15 @@ try:
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from agentrt.app._http import ApiKeyGate, BadBody, error_response, parse_body
+    from agentrt.app.server.door import ApiKeyGate, BadBody, error_response, parse_body
 except ImportError as e:  # pragma: no cover - depends on the install
     raise missing_extra("fastapi", "server") from e
 
-from agentrt.app.server_request import ChatRequest, RequestError, plan_run
+from agentrt.app.server.request import ChatRequest, RequestError, plan_run
 from agentrt.core.request import RunHooks, explain
 from agentrt.core.protocols import Tokenized
-from agentrt.app.server_response import completion
-from agentrt.app.server_stream import sse, timeout_message
+from agentrt.app.server.response import completion
+from agentrt.app.server.stream import sse, timeout_message
 
 if TYPE_CHECKING:
     from agentrt.app.agent import Agent
@@ -166,7 +166,7 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
 
 def _run_id_into(started: list[str]) -> Any:
     """An ``on_event`` hook that keeps the run id (for the 504 message of a run cut short)."""
-    from agentrt.app.events import RunStarted
+    from agentrt.app.streaming import RunStarted
 
     def hook(event: Any) -> None:
         if isinstance(event, RunStarted):

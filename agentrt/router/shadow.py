@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrt.routing.decision import RouteDecision
+from agentrt.router.decision import RouteDecision
 
 
 class ShadowRouter:

@@ -21,7 +21,7 @@ from agentrt.routes.thinking import split_thought
 
 if TYPE_CHECKING:
     from agentrt.app.agent import Result
-    from agentrt.app.server_request import RunPlan
+    from agentrt.app.server.request import RunPlan
 
 
 @dataclass

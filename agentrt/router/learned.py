@@ -16,9 +16,9 @@ from typing import Any
 
 from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError
-from agentrt.routing import evidence as ev
-from agentrt.routing.decision import RouteDecision, UtilityConfig, choose
-from agentrt.routing.features import HASH_DIM, NUMERIC_FEATURES, vectorize
+from agentrt.router import evidence as ev
+from agentrt.router.decision import RouteDecision, UtilityConfig, choose
+from agentrt.router.features import HASH_DIM, NUMERIC_FEATURES, vectorize
 
 FORMAT = "agentrt-router"
 VERSION = 1
@@ -52,7 +52,7 @@ class RouterModel:
     # who made it and for which policy: {"policy": {"model", "digest", "id"}, "suites", "runs", "date",
     # "heldout": {...}, "version"}; empty for files written by `agentrt train-router` without --policy
     provenance: dict[str, Any] | None = None
-    # a sample of the training inputs per action (agentrt.routing.evidence); None in files written before it
+    # a sample of the training inputs per action (agentrt.router.evidence); None in files written before it
     evidence: ev.Evidence | None = None
 
     def effective_sizes(self, x: list[float]) -> tuple[dict[str, float], str]:
@@ -164,7 +164,7 @@ DEFAULT_FLOORS = {"abstain": 0.5, "ask": 0.5}
 class LearnedRouter:
     """Predicts p_success and tokens per action, then applies the utility rule.
 
-    ``policy``: the fingerprint (``agentrt.routing.registry.Fingerprint``) of the policy that runs. When the
+    ``policy``: the fingerprint (``agentrt.router.registry.Fingerprint``) of the policy that runs. When the
     file records another policy, the router says so once, falls back to the rule priors and marks its
     decisions ``calibrated: false``.
     """
@@ -183,7 +183,7 @@ class LearnedRouter:
         self.policy_id = policy.id if policy is not None else ""
         self.fallback = None
         if self.mismatch:
-            from agentrt.routing.rules import RulesRouter
+            from agentrt.router.rules import RulesRouter
 
             self.fallback = RulesRouter(settings, cfg)
             self.trained_for, self.running = trained_for, policy.id
@@ -198,7 +198,7 @@ class LearnedRouter:
         sizes, method = self.model.effective_sizes(x)
         sizes = {a: round(n, 2) for a, n in sizes.items()}
         if self.fallback is not None:
-            from agentrt.routing.registry import warn_mismatch
+            from agentrt.router.registry import warn_mismatch
 
             # said at the first decision, not when the router is built: a check that builds it (preflight)
             # or a run that fails before deciding has nothing to warn about yet
@@ -222,7 +222,7 @@ class LearnedRouter:
             return d
         # out of evidence: the learned estimate for the action it would take rests on too few similar runs,
         # so it does not decide; the rules router does (the documented fallback, docs/routing.md)
-        from agentrt.routing.rules import RulesRouter
+        from agentrt.router.rules import RulesRouter
 
         fb = RulesRouter(self.settings, self.cfg).decide_sync(question, features, budget)
         fb.reason += (f" (router {self.version or 'learned'}: only {sizes.get(d.action, 0.0):.1f} training runs "

@@ -11,8 +11,8 @@ import math
 from collections.abc import Awaitable, Callable
 
 from agentrt.core.config import Settings
-from agentrt.routing.decision import ACTIONS, RouteDecision, UtilityConfig, choose
-from agentrt.routing.rules import expected_tokens, rule_p_success
+from agentrt.router.decision import ACTIONS, RouteDecision, UtilityConfig, choose
+from agentrt.router.rules import expected_tokens, rule_p_success
 from agentrt.core.types import Message
 
 LABELS = {
