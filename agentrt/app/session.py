@@ -112,6 +112,10 @@ class Session:
         return req.amend(history=history, budget=total - spent, metadata=metadata), hooks
 
     def _remember(self, question: str, result: RunResult) -> RunResult:
+        if not result.answer.strip():
+            # a turn that ended without a real answer (no_answer, truncated before any) is not history: an empty
+            # assistant message would teach the next turn that silence is a reply
+            return result
         self.turns.append(Turn(question, result.answer, result.route, result.trajectory_id))
         if self._compressed is not None:
             self._compressed += [Message("user", question), Message("assistant", result.answer)]

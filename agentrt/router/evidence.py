@@ -13,9 +13,10 @@ its ``NEIGHBOURS``-th nearest neighbour (so a typical training question has abou
 ``MIN_BANDWIDTH``.
 
 A file written before evidence existed has no sample: its evidence is estimated from the moments it
-does store (the per-feature mean and std of its training inputs): ``runs / actions`` discounted by how far
-the question lies outside them (``|z| > 3`` on a feature), method ``moments``. Coarser, but it still
-catches a question unlike anything the router was fit on (a feature that never varied in training).
+does store (the per-feature mean and std of its training inputs): ``runs / actions`` times the share of
+training runs holding the question's rarest feature value (``moment_sizes``), method ``moments``. Coarser,
+but it still catches a question unlike anything the router was fit on (a feature that never varied in
+training, a value far beyond what training saw).
 
 States: ``calibrated`` (ess >= the minimum), ``insufficient_evidence`` (below it), ``other_policy``
 (the router was trained for another policy than the one running; set by the router, not here).
@@ -139,12 +140,25 @@ def effective_sizes(evidence: Evidence, x: list[float], mean: list[float], std: 
 
 def moment_sizes(x: list[float], mean: list[float], std: list[float], actions: list[str], runs: int,
                  numeric: int) -> dict[str, float]:
-    """ess per action for a file without samples: ``runs / actions``, discounted per numeric feature that
-    lies beyond MOMENTS_Z training standard deviations (a feature constant in training has std 1 and
-    mean 0 stored, so any other value of it counts as far)."""
-    far = sum(max(0.0, abs((xi - m) / s) - MOMENTS_Z) ** 2 for xi, m, s in zip(x[:numeric], mean, std))
+    """ess per action for a file without samples: ``runs / actions`` times the share of training runs that
+    share the question's rarest feature value.
+
+    A 0/1 feature (its stored std is that of a Bernoulli of its mean) shares its value with ``mean`` or
+    ``1 - mean`` of the runs: a rare cue the router did see (yes/no questions, 3% of its runs) still has dozens
+    of runs behind it, where a z-score would call it far. Any other feature is discounted beyond MOMENTS_Z
+    standard deviations; a feature constant in training (stored mean 0, std 1) that the question sets shares
+    its value with no run. The minimum over features, not the product: the features are correlated (a
+    comparison is a yes/no question), so a product would count one rarity many times."""
+    share = 1.0
+    for xi, m, s in zip(x[:numeric], mean, std):
+        if xi in (0.0, 1.0) and 0.0 < m < 1.0 and abs(s - math.sqrt(m * (1.0 - m))) < 0.02:
+            share = min(share, m if xi == 1.0 else 1.0 - m)
+        elif m == 0.0 and s == 1.0 and xi != 0.0:
+            share = 0.0
+        else:
+            share = min(share, math.exp(-0.5 * max(0.0, abs((xi - m) / s) - MOMENTS_Z) ** 2))
     base = runs / max(1, len(actions))
-    return {a: base * math.exp(-0.5 * far) for a in actions}
+    return {a: base * share for a in actions}
 
 
 def states(sizes: dict[str, float], minimum: float) -> dict[str, str]:

@@ -20,7 +20,8 @@ Formats (``FORMATS``; ``.parquet`` or ``.jsonl`` by the output's suffix, except 
 * ``parquet``     one flat row per run (datasets.load_dataset("parquet", ...) reads it)
 * ``grpo``        rollouts of the same prompt grouped; advantage = (reward - group mean) / group std
 
-Failed runs are left out of every format unless ``include_failed`` (``agentrt export --include-failed``):
+Failed runs are left out of every format that carries the model's answer (all but the prompt-only ``verl`` and
+``trl-prompts``) unless ``include_failed`` (``agentrt export --include-failed``):
 a run ended ``no_answer``, ``failed`` or ``cancelled``, or whose answer is no real answer (an older record
 marked ``ok`` over raw tool output or an empty answer: ``agentrt.core.answer``); the report says how many.
 
@@ -32,8 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import operator
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from agentrt.trajectory.export_tokens import check_continuity, final_conversatio
 from agentrt.core.errors import InputError, TrajectoryError, missing_extra
 from agentrt.trajectory import TrajectoryRecord, read_trajectories
 from agentrt.trajectory.store import ReadReport
+from agentrt.trajectory.filters import apply_filters, parse_filter, reward_of
 
 
 @dataclass
@@ -104,56 +104,6 @@ def read_runs(paths: Iterable[str | Path] | None = None, home: str | Path | None
                 raise InputError(f"no trajectory file or directory at {p}") from None
             raise
     return report
-
-
-_OPS = {"=": operator.eq, "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
-        ">": operator.gt, "<": operator.lt}
-_FILTER = re.compile(r"^\s*([\w.]+)\s*(==|!=|>=|<=|=|>|<)\s*(.*?)\s*$")
-
-
-def parse_filter(text: str) -> Callable[[TrajectoryRecord], bool]:
-    """``status=ok``, ``route!=reason``, ``reward>=0.5``, ``task.data_source=gsm8k``, ``usage.total_tokens<500``."""
-    m = _FILTER.match(text)
-    if not m:
-        raise InputError(f"bad filter {text!r}; write KEY=VALUE, KEY!=VALUE, KEY>=NUMBER ... (e.g. status=ok)")
-    key, op, raw = m.groups()
-    fn = _OPS[op]
-
-    def keep(record: TrajectoryRecord) -> bool:
-        value: Any = record.model_dump() if key != "reward" else {"reward": reward_of(record)}
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if value is None:
-            return op == "!="
-        try:
-            return bool(fn(float(value), float(raw)))
-        except (TypeError, ValueError):
-            return bool(fn(str(value), raw)) if op in ("=", "==", "!=") else False
-
-    return keep
-
-
-def apply_filters(records: list[TrajectoryRecord], filters: Iterable[str]) -> list[TrajectoryRecord]:
-    keeps = [parse_filter(f) for f in filters]
-    return [r for r in records if all(k(r) for k in keeps)]
-
-
-def reward_of(record: TrajectoryRecord) -> float | None:
-    """The run's reward: recorded, else computed from its task's verifier and ground truth (if any)."""
-    if record.reward is not None:
-        return record.reward
-    task = record.task
-    if task is None or task.ground_truth is None:
-        return None
-    from agentrt.trajectory import rewards
-
-    verifier = task.verifier or rewards.verifier_for(task.data_source)
-    if verifier is None:
-        return None
-    r = rewards.score(verifier, record.answer, task.ground_truth)
-    record.rewards.setdefault(verifier, r)
-    record.reward = r.score
-    return r.score
 
 
 # -- conversations ----------------------------------------------------------------------------------
@@ -394,6 +344,11 @@ FORMATS: dict[str, Callable[..., list[dict]]] = {
 }
 
 
+# Prompt rows carry the question and its ground truth, never the model's answer: a run that found no answer
+# is still a prompt to train on (often the most useful one), so these formats keep it.
+PROMPT_ONLY = ("verl", "trl-prompts")
+
+
 def failed_reason(record: TrajectoryRecord) -> str | None:
     """Why ``record`` is a failed run that exports leave out by default, or None when it is not one."""
     if record.status in ("no_answer", "failed", "cancelled"):
@@ -408,7 +363,8 @@ def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_gr
     """Write ``records`` as ``fmt`` to ``out`` (``.parquet`` or ``.jsonl``); returns what happened.
 
     ``min_group``: grpo's smallest group. ``sft_statuses`` / ``min_reward``: which runs trl-sft keeps.
-    ``include_failed``: keep runs without a real answer (``failed_reason``; left out by default).
+    ``include_failed``: keep runs without a real answer (``failed_reason``; left out by default, except by the
+    prompt-only formats ``PROMPT_ONLY``, which export no answer).
     """
     if fmt not in FORMATS:
         raise InputError(f"unknown export format {fmt!r}; choose one of: {', '.join(FORMATS)}")
@@ -421,7 +377,7 @@ def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_gr
     report = ExportReport(fmt, str(out), runs=len(records))
     valid = []
     for r in records:
-        why = None if include_failed else failed_reason(r)
+        why = None if include_failed or fmt in PROMPT_ONLY else failed_reason(r)
         if why is not None:  # no answer is no example: the router and the policy would learn from junk
             report.skip(f"failed run: {why}")
             continue

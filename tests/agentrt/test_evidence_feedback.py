@@ -19,6 +19,7 @@ from agentrt.core.config import Settings
 from agentrt.core.errors import InputError
 from agentrt.router import extract, registry
 from agentrt.router.learned import LearnedRouter, RouterModel
+from agentrt.router.features import NUMERIC_FEATURES
 from agentrt.train.router import load_examples, train_router
 from agentrt.trajectory import RewardBreakdown, TaskInfo, TrajectoryRecord, TrajectoryWriter, new_run_id, read_trajectories
 
@@ -99,7 +100,13 @@ def test_a_file_without_a_sample_estimates_evidence_from_its_moments(trained, tm
     path.write_text(json.dumps(data))
     router = LearnedRouter(RouterModel.load(path), Settings(), policy=fp)
     near = _decide(router, "What is 4 * 11?")
-    assert near.state == "calibrated" and near.evidence["direct"] == pytest.approx(60.0)  # 120 runs / 2 actions
+    # 120 runs / 2 actions, times the share holding its rarest cue: arithmetic, half of the training questions
+    assert near.state == "calibrated" and near.evidence["direct"] == pytest.approx(30.0)
+    # a rare cue the router did see is not novelty: a yes/no question is a few percent of the shipped router's
+    # runs, dozens of them (a z-score would have called it 6 standard deviations away and fallen back)
+    shipped_model = RouterModel.load(registry.shipped()[0].path)
+    yes_no = NUMERIC_FEATURES.index("yes_no")
+    assert 0 < shipped_model.mean[yes_no] < 0.1
     far = _decide(router, "```python\ndef f(x):\n    return x\n```\nWhy does this code fail on my machine? Compare it "
                           "with the version from last week and then explain, step by step, what changed?")
     assert far.state == "insufficient_evidence" and far.fallback == "rules"
@@ -108,6 +115,8 @@ def test_a_file_without_a_sample_estimates_evidence_from_its_moments(trained, tm
     shipped = LearnedRouter(RouterModel.load(entry.path), Settings(), policy=registry.policy_fingerprint(None, "hf:embedded"))
     d = _decide(shipped, "What is the capital of France?")
     assert d.state in ("calibrated", "insufficient_evidence") and d.evidence
+    d = _decide(shipped, "Were Hedwig Pfannkuch and Oskar Zwiebelmeier of the same nationality?")
+    assert d.state == "calibrated" and min(d.evidence.values()) >= 10
 
 
 def test_feedback_from_the_sdk_and_cli_becomes_the_runs_reward(agentrt_home, capsys):

@@ -102,6 +102,15 @@ def test_trl_sft_keeps_only_ok_runs_with_an_answer(tmp_path):
     assert "1 (failed run: no real answer (empty answer))" in report.summary()
 
 
+
+def test_prompt_only_formats_keep_the_prompts_of_runs_that_found_no_answer(tmp_path):
+    # a prompt row holds the question and its ground truth, not the answer: a failed run is still a prompt
+    records = [rec("ok", reward=1.0), rec("empty", answer="", prompt_id="gsm8k-2")]
+    report = export(records, "trl-prompts", tmp_path / "p.jsonl")
+    assert report.rows == 2 and not report.skipped
+    report = export(records, "openai", tmp_path / "o.jsonl")  # a format with the answer leaves it out
+    assert report.rows == 1 and report.skipped == {"failed run: no real answer (empty answer)": 1}
+
 def test_trl_sft_reward_threshold_and_statuses():
     records = [rec("ok", reward=1.0), rec("ok-low", reward=0.2), rec("no-reward", source="x", prompt_id=None,
                                                                        verifier=None, ability="qa"),

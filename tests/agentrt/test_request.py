@@ -106,6 +106,19 @@ def test_a_session_amends_the_request_with_its_history(agentrt_home):
     assert sent[1:4] == ["My name is Ada.", "Hello Ada.", "What is my name?"]  # after the system prompt
 
 
+
+def test_a_turn_without_an_answer_is_not_history(agentrt_home):
+    from agentrt.backends.scripted import ScriptedBackend
+
+    backend = ScriptedBackend(["", "Hello Ada."])
+    chat = Agent(policy=backend).session(budget=400)
+    first = chat.ask("My name is Ada.", route="direct")
+    assert first.status == "no_answer" and first.answer == ""
+    chat.ask("Hi again.", route="direct")
+    sent = [m.content for m in backend.calls[-1][0]]
+    assert "" not in sent and sent[-1] == "Hi again."  # the failed turn left no empty assistant message
+    assert [t.answer for t in chat.turns] == ["Hello Ada."]
+
 # -- the code's names and types -----------------------------------------------------------------------------
 
 def _modules():
