@@ -116,7 +116,7 @@ def test_a_file_without_a_sample_estimates_evidence_from_its_moments(trained, tm
     d = _decide(shipped, "What is the capital of France?")
     assert d.state in ("calibrated", "insufficient_evidence") and d.evidence
     d = _decide(shipped, "Were Hedwig Pfannkuch and Oskar Zwiebelmeier of the same nationality?")
-    assert d.state == "calibrated" and min(d.evidence.values()) >= 10
+    assert d.state == "calibrated" and min(d.evidence.values()) >= 3
 
 
 def test_feedback_from_the_sdk_and_cli_becomes_the_runs_reward(agentrt_home, capsys):
