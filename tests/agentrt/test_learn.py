@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -18,22 +17,14 @@ from agentrt.core.config import Settings
 from agentrt.router import extract, make_router, registry
 from agentrt.router.learned import RouterModel
 from agentrt.train.router import train_router
-from agentrt.trajectory import RewardBreakdown, TaskInfo, TrajectoryRecord, TrajectoryWriter, find_record, new_run_id
+from agentrt.trajectory import find_record
 
 
 def _router_file(tmp_path: Path, policy_id: str | None, name: str = "router.json") -> Path:
     """A small learned router (math -> reason, facts -> direct), recorded as trained for ``policy_id``."""
-    writer = TrajectoryWriter(tmp_path / "runs")
-    for i in range(30):
-        for action, tokens in (("direct", 60), ("reason", 400)):
-            for q, math_q in ((f"What is {i} * {i + 7}?", True), (f"What is the capital of country {i}?", False)):
-                ok = (action == "reason") == math_q
-                writer.append(TrajectoryRecord(
-                    run_id=new_run_id(), created_at=time.time(), question=q, route=action, steps=[], answer="a",
-                    budget={"total": 1000, "spent": tokens}, usage={"total_tokens": tokens}, timings={},
-                    status="ok", task=TaskInfo(ability="math" if math_q else "qa"), reward=float(ok),
-                    rewards={"eval": RewardBreakdown(score=float(ok), correct=ok)}))
-    model = train_router([tmp_path / "runs"], folds=2)
+    from test_evidence_feedback import _runs  # math -> reason, capitals -> direct: 120 rewarded runs
+
+    model = train_router([_runs(tmp_path / "runs")], folds=2)
     if policy_id:
         model_name, _, digest = policy_id.partition("@")
         model.provenance = {"policy": {"model": model_name, "digest": digest, "id": policy_id}, "suites": ["synthetic"],
