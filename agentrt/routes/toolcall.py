@@ -85,13 +85,16 @@ async def run_tool_loop(
     max_tokens: int = 128,
     compose_final: Literal["tool_result", "none"] = "tool_result",
     name: str = "tool_step",
+    retry_on_error: bool = True,
 ) -> ToolLoopResult:
     """Run at most ``max_steps`` model calls, executing the tool calls they make.
 
     ``budget``: None spends from ``ctx.budget`` (``BudgetExceeded`` propagates, as for any route);
     an int carves a child budget from it and a ``Budget`` is used as is — with either, running out
     ends the loop with ``stopped="budget"`` and the best answer so far. With a bare backend, ``budget``
-    (default 4096) is the loop's own total.
+    (default 4096) is the loop's own total. ``retry_on_error``: a tool error earns one extra step (the answer
+    a user sees); the plan route's searchers run without it, since a failed searcher is reported to synthesis
+    as missing and eight retries would multiply the fan-out's cost.
     """
     if max_steps < 1:
         raise InputError("max_steps must be >= 1")
@@ -150,7 +153,7 @@ async def run_tool_loop(
                     result.errors += 1
                     # a tool error earns one more step to retry (the loop's bound grows by one, once);
                     # after a second error the model must answer without the tool
-                    limit = max_steps + 1 if result.errors == 1 and not last else limit
+                    limit = max_steps + 1 if retry_on_error and result.errors == 1 and not last else limit
                     force_final = force_final or result.errors >= 2
                 tool = by_name.get(call.name)
                 if outcome.ok and tool is not None and tool.ends_turn:
