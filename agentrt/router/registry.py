@@ -167,12 +167,17 @@ def _promoted_state(home: Path) -> dict[str, list[str]]:
     return {str(k): [str(v) for v in vs] for k, vs in data.items()} if isinstance(data, dict) else {}
 
 
-def _save_state(home: Path, state: dict[str, list[str]]) -> None:
+def _write_state(home: Path, name: str, state: dict[str, Any]) -> None:
+    """Write a registry state file atomically: a reader sees the old one or the new one, never half."""
     folder = routers_dir(home)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{PROMOTED}.{os.getpid()}"
+    tmp = folder / f".{name}.{os.getpid()}"
     tmp.write_text(json.dumps(state, indent=1))
-    os.replace(tmp, folder / PROMOTED)
+    os.replace(tmp, folder / name)
+
+
+def _save_state(home: Path, state: dict[str, list[str]]) -> None:
+    _write_state(home, PROMOTED, state)
 
 
 def promoted(home: Path, fingerprint_id: str) -> Entry | None:
@@ -248,11 +253,7 @@ def set_observe(home: Path, fingerprint_id: str, record: dict[str, Any]) -> None
     """Write the observe record of a policy (atomically: a reader sees the old one or the new one)."""
     state = observe_state(home)
     state[fingerprint_id] = record
-    folder = routers_dir(home)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{OBSERVE}.{os.getpid()}"
-    tmp.write_text(json.dumps(state, indent=1))
-    os.replace(tmp, folder / OBSERVE)
+    _write_state(home, OBSERVE, state)
 
 
 def observing(home: Path, fingerprint_id: str) -> Entry | None:
