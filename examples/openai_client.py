@@ -17,6 +17,7 @@ print("agentrt:", resp.model_extra["agentrt"])  # route, reason, status, traject
 
 stream = client.chat.completions.create(
     model="agentrt", stream=True, extra_body={"budget": 300, "route": "direct"},
+    stream_options={"include_agentrt_events": True},  # agentrt's run events as choices-less chunks
     messages=[{"role": "user", "content": "Name a fruit."}],
 )
 for chunk in stream:

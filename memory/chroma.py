@@ -12,6 +12,7 @@ collection reopened in a new process (or through the server) finds its embedding
 
 from __future__ import annotations
 
+import errno
 import re
 import threading
 from pathlib import Path
@@ -103,6 +104,8 @@ def open_client(location: str | Path) -> Any:
                 client = chromadb.PersistentClient(path=str(path), settings=_settings())
                 client.list_collections()  # touches the database: a damaged folder fails here, not later
             except Exception as e:
+                if _disk_full(e):
+                    raise ConfigError(_full_disk_message(path, e)) from None
                 raise ConfigError(
                     f"memory store at {path} is damaged or unreadable ({type(e).__name__}: {_short(e)}); "
                     "move it away and re-index"
@@ -118,6 +121,23 @@ def _forget_client(location: str | Path) -> None:
 
 def _short(e: Exception) -> str:
     return str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+
+
+def _disk_full(e: BaseException | None) -> bool:
+    """Whether ``e`` (or what caused it) is a full disk or quota: SQLite and Chroma's Rust layer say it in words."""
+    seen = 0
+    while e is not None and seen < 8:
+        text = str(e).lower()
+        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "disk is full" in text \
+                or "no space left" in text or "quota exceeded" in text:
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _full_disk_message(path: Any, e: BaseException) -> str:
+    return (f"the disk holding the memory store at {path} is full ({type(e).__name__}: {_short(e)}); the store is "
+            "not damaged: free disk space (or move the store to another disk) and run it again")
 
 
 def _check_name(name: str) -> None:
@@ -141,6 +161,8 @@ def _store_errors(fn: Any) -> Any:
         except AgentrtError:
             raise
         except Exception as e:  # noqa: BLE001 - anything else from Chroma is a store failure
+            if _disk_full(e):
+                raise BackendError(_full_disk_message(self.location, e)) from None
             hint = ("check that the Chroma server is up (the next call reconnects once it is)"
                     if self.location.startswith(("http://", "https://")) else
                     "if the folder is damaged, move it away and re-index")

@@ -191,6 +191,10 @@ class MiniLM:
         """Unit-normalised embeddings, one per text, in order. Empty strings are an InputError."""
         return self.embed_array(texts).tolist()
 
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """Each text's tokens as the model reads them (after truncation to ``MAX_TOKENS``)."""
+        return [len(e.ids) for e in self._tok.encode_batch(list(texts))]
+
     def embed_array(self, texts: list[str]) -> Any:
         """Like ``embed`` but returns a float32 numpy array of shape (n, 384), row i for texts[i]."""
         np = self._np

@@ -12,12 +12,19 @@ Launchers (``cfg["launcher"]``, see ``_sandbox_launch.py``):
   nodes, size-capped /tmp and /dev/shm, ``pivot_root`` into it, the old root detached, root read-only.
 * ``unsafe``: no isolation of the filesystem, processes or network namespace (the user opted in).
 
-Then the supervisor (pid 1 of the sandbox, so no process inside can signal it): no_new_privs, the
-seccomp filter built by the parent (inherited by everything it forks), non-dumpable (no
-/proc/1/mem for the code), reports ``ready``, forks the code's process and waits. That process: closes
-fds, rlimits (CPU, address space, processes, file size, no core, 64 fds), drops to uid nobody (when
-root) and every capability, runs the code. The supervisor reports the code's wait status, its CPU
-time (rusage) and the peak number of processes it ran: the parent classifies from those only.
+Then the supervisor (pid 1 of the sandbox): every signal but SIGCHLD (which only wakes its loop) at its
+default disposition (pid 1 of a namespace drops those its processes send it, whatever their uid),
+no_new_privs, the seccomp filter built by the parent (inherited by everything it forks; it refuses
+kill/prlimit/pidfd_open aimed at pid 1), non-dumpable (no /proc/1/mem for the code), reports ``ready``,
+forks the code's process and waits. That process: a session of its own (``kill(0)`` does not reach pid
+1), closes fds, the highest OOM score, rlimits (CPU, address space, processes, file size, no core, 64
+fds), drops to uid nobody (when root) and every capability, runs the code. Under ``bwrap`` the supervisor first caps the inodes of /tmp and /dev/shm and makes /dev
+read-only (bubblewrap has no option for either), then gives up CAP_SYS_ADMIN, which it held for that only.
+``unsafe`` adds, in the code's process: Landlock (writes only beneath the work dir) where the kernel has it,
+a second seccomp filter (no exec, no new process, no signal or prlimit but to itself) and an audit hook.
+
+The supervisor reports the code's wait status, its CPU time (rusage) and the peak number of processes
+it ran: the parent classifies from those only.
 """
 
 import ctypes
@@ -36,6 +43,9 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE, MNT_DETACH, SYS_PIVOT_ROOT = 0x1000, 0x4000, 1 << 18, 2, {"x86_64": 155, "aarch64": 41}
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 24, 38, 22
 SECCOMP_MODE_FILTER = 2
+OWN_PID = 0x7FFFFFF0  # _sandbox_seccomp.OWN_PID: the placeholder the unsafe filter carries for the code's pid
+CAP_SETGID, CAP_SETUID = 6, 7
+LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446  # same on both ABIs
 MEMORY_EXIT = 86  # the code's process ran out of its address space (MemoryError); see tools/python.py
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
 
@@ -117,7 +127,7 @@ def build_root(cfg, libc):
         os.symlink(target, f"{root}/dev/{name}")
     for path in ("/tmp", "/dev/shm"):
         os.makedirs(root + path, 0o1777, exist_ok=True)
-        _mount(libc, "tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts)
+        _mount(libc, "tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, f"{tmp_opts},nr_inodes={cfg['max_files']}")
     os.chdir(root)
     os.mkdir(".old-root", 0o700)
     arch = os.uname().machine
@@ -129,6 +139,18 @@ def build_root(cfg, libc):
         _mount(libc, None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | (MS_NOEXEC if path == "/dev" else 0))
 
 
+def finish_bwrap_root(cfg, libc):
+    """Under bwrap: cap the inodes of /tmp and /dev/shm (each empty file costs kernel memory the tmpfs
+    size does not count) and make /dev read-only, then drop CAP_SYS_ADMIN, held for this only."""
+    for path in ("/tmp", "/dev/shm"):
+        _mount(libc, None, path, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, f"nr_inodes={cfg['max_files']}")
+    _mount(libc, None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
+    keep = (1 << CAP_SETUID | 1 << CAP_SETGID) if os.getuid() == 0 and cfg["bwrap_root"] else 0
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)(keep, keep, 0, 0, 0, 0)  # effective, permitted, inheritable (low words)
+    _check(libc.capset(header, data), "capset")
+
+
 # -- the supervisor ---------------------------------------------------------------------------------
 
 def load_seccomp(libc, program_hex):
@@ -136,14 +158,65 @@ def load_seccomp(libc, program_hex):
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
     if not program_hex:
         return False
-    program = ctypes.create_string_buffer(bytes.fromhex(program_hex))
+    load_filter(libc, bytes.fromhex(program_hex))
+    return True
+
+
+def _own_pid_filter(program_hex, pid):
+    """The unsafe filter with the code's pid in place of the placeholder the parent built it with."""
+    if not program_hex:
+        raise OSError("no seccomp filter for this ABI: the unsafe mode cannot refuse exec and fork")
+    program = bytearray.fromhex(program_hex)
+    for at in range(0, len(program), 8):  # struct sock_filter: u16 code, u8 jt, u8 jf, u32 k
+        if int.from_bytes(program[at + 4:at + 8], "little") == OWN_PID:
+            program[at + 4:at + 8] = pid.to_bytes(4, "little")
+    return bytes(program)
+
+
+def load_filter(libc, program_bytes):
+    """Load one classic-BPF filter on this thread (filters stack; none can be removed)."""
+    program = ctypes.create_string_buffer(program_bytes)
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     fprog = SockFprog(len(program.raw) // 8, ctypes.addressof(program))  # raw has a trailing NUL
     _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
-    return True
+
+
+# Landlock filesystem rights (linux/landlock.h): those that write, by the ABI version that added them.
+_LL_WRITE = {1: 0x1FF2, 2: 1 << 13, 3: 1 << 14}  # WRITE_FILE, REMOVE_*, MAKE_* | REFER | TRUNCATE
+_LL_FILE_WRITE = (1 << 1) | (1 << 14)  # WRITE_FILE | TRUNCATE: the rights that apply to a single file
+
+
+def landlock_abi(libc):
+    """The kernel's Landlock ABI version, 0 where it has none (or it is disabled)."""
+    version = libc.syscall(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(0, version)
+
+
+def landlock_writes_beneath(libc, work):
+    """Refuse, in the kernel, every write, creation, removal or rename outside ``work`` (/dev/null
+    excepted) for this process and what it starts. Reads stay as they were."""
+    abi = landlock_abi(libc)
+    handled = sum(bits for version, bits in _LL_WRITE.items() if version <= abi)
+    attr = ctypes.c_uint64(handled)  # struct landlock_ruleset_attr, its first field (ABI 1 size)
+    ruleset = libc.syscall(LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if ruleset < 0:
+        _check(-1, "landlock_create_ruleset")
+    try:
+        for path, rights in ((work, handled), (os.devnull, handled & _LL_FILE_WRITE)):
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            rule = (ctypes.c_uint8 * 12)()  # struct landlock_path_beneath_attr: u64 allowed, s32 fd (packed)
+            rule[:8] = list(rights.to_bytes(8, "little"))
+            rule[8:] = list(fd.to_bytes(4, "little", signed=True))
+            ret = libc.syscall(LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule),
+                               ctypes.c_uint32(0))
+            os.close(fd)
+            _check(0 if ret == 0 else -1, f"landlock_add_rule {path}")
+        _check(libc.syscall(LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)), "landlock")
+    finally:
+        os.close(ruleset)
 
 
 def _count_processes():
@@ -165,6 +238,9 @@ def _created_processes():
 
 def supervise(cfg, libc, code, status_fd, layers):
     """Fork the code's process, wait for it, report; never returns."""
+    # Python handles SIGINT (KeyboardInterrupt): pid 1 of a namespace receives from inside it only the
+    # signals it handles, so with every disposition at its default nothing the code sends ends us.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     if load_seccomp(libc, cfg["seccomp"]):
         layers.append("seccomp")
     layers.append("no-new-privs")
@@ -234,9 +310,16 @@ def run_user_code(cfg, libc, code, status_fd, layers):
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if cfg["launcher"] == "unsafe":  # no pid namespace: stay in the group the parent kills at its deadline
+            _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        else:
+            os.setsid()  # its own process group: kill(0, ...) reaches the code's processes only
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.closerange(3, 1 << 16)  # the status fd, the wake-up pipe, anything a launcher passed on
+        with open("/proc/self/oom_score_adj", "w") as f:  # under host memory pressure, the code goes first
+            f.write("1000")
         set_limits(cfg)
         _drop_privileges(cfg, libc, layers)
         work = cfg["root_dir"] if cfg["launcher"] == "unsafe" else "/tmp/work"
@@ -246,6 +329,9 @@ def run_user_code(cfg, libc, code, status_fd, layers):
             os.environ[key] = work
         sys.path.extend(p for p in cfg["view"]["site"] if p not in sys.path)
         if cfg["launcher"] == "unsafe":
+            if "landlock" in layers:
+                landlock_writes_beneath(libc, os.path.realpath(work))
+            load_filter(libc, _own_pid_filter(cfg["unsafe_seccomp"], os.getpid()))
             audit_guard(os.path.realpath(work))
     except BaseException as e:  # never run the code half-isolated
         os.write(2, f"sandbox: could not isolate the code ({e})\n".encode())
@@ -270,8 +356,9 @@ def set_limits(cfg):
 
 
 def audit_guard(work):
-    """``unsafe`` only: refuse new processes and writes outside ``work`` at the Python level (no boundary:
-    ctypes or a C extension gets around it). Sockets are already refused by the seccomp filter."""
+    """``unsafe`` only: refuse new processes and writes outside ``work`` at the Python level too, with a
+    message that names the rule. Not a boundary (ctypes or a C extension gets around it): the kernel's
+    layers are the seccomp filters (no socket, exec, new process, signal to another) and Landlock."""
     blocked_prefixes = ("subprocess.", "os.fork", "os.exec", "os.spawn", "os.posix_spawn", "os.system", "pty.",
                         "ctypes.")
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -279,7 +366,8 @@ def audit_guard(work):
     def hook(event, args):
         if event.startswith(blocked_prefixes):
             raise PermissionError(f"sandbox: {event} is disabled in the python tool")
-        if event in ("os.remove", "os.rename", "os.rmdir", "os.truncate", "os.chmod", "os.symlink", "os.link"):
+        if event in ("os.remove", "os.rename", "os.rmdir", "os.truncate", "os.chmod", "os.symlink", "os.link",
+                     "os.mkdir", "os.chown", "os.utime", "os.setxattr", "os.removexattr"):
             paths = [a for a in args if isinstance(a, (str, bytes))]
             if any(not os.path.realpath(os.fsdecode(p)).startswith(work + os.sep) for p in paths):
                 raise PermissionError(f"sandbox: {event} outside the work directory is disabled")
@@ -334,13 +422,19 @@ def main():
         elif launcher == "bwrap":
             if os.getpid() != 1:
                 raise OSError("bwrap did not run the supervisor as pid 1")
-            layers += ["userns"] * (os.getuid() != 0) + ["pidns", "netns", "ipcns", "mountns", "fresh-proc",
-                                                        "readonly-root", "private-tmp"]
+            finish_bwrap_root(cfg, libc)
+            layers += ["userns"] * (not cfg["bwrap_root"]) + ["pidns", "netns", "ipcns", "mountns", "fresh-proc",
+                                                              "readonly-root", "private-tmp"]
+        if launcher != "unsafe":
+            layers.append("tmp-inodes")  # /tmp and /dev/shm: at most max_files inodes each
+        layers.append("no-memfd")  # no cgroup layer: memory held without a mapping is refused instead
         layers.append("uid-nobody" if os.getuid() == 0 and "userns" not in layers and launcher != "unsafe"
                       else "no-capabilities")
         layers.append("rlimits")
         if launcher == "unsafe":
-            layers.append("audit-hook")
+            if landlock_abi(libc) > 0:
+                layers.append("landlock")
+            layers += ["unsafe-seccomp", "audit-hook"]
         supervise(cfg, libc, code, status_fd, layers)
     except OSError as e:
         report(status_fd, {"error": f"{launcher}: {e}"})

@@ -9,7 +9,9 @@ Launchers, in the order ``auto`` tries them:
   itself (tmpfs, read-only binds, fresh /proc, /dev nodes, ``pivot_root``, old root detached).
 
 Both run ``_sandbox_child.py`` as pid 1 of the sandbox (the supervisor), which loads the seccomp filter
-and forks the user's code as uid nobody. ``unsafe`` runs the same supervisor on the host, with rlimits,
+and forks the user's code as uid nobody. Under bwrap the supervisor also holds CAP_SYS_ADMIN for its
+first steps (capping /tmp's inodes, /dev read-only: bubblewrap 0.8 has no option for either) and drops it
+before it reads anything but its config. ``unsafe`` runs the same supervisor on the host, with rlimits,
 the seccomp filter and an audit hook only; it is used only when the user opted into it.
 
 The root holds only: /usr, the /bin /lib* /sbin links (or binds), the interpreter's prefix and
@@ -24,7 +26,7 @@ import site
 import sys
 
 from agentrt.core.errors import ConfigError
-from tools._sandbox_seccomp import build_filter
+from tools._sandbox_seccomp import OWN_PID, build_filter, unsafe_filter
 
 LAUNCHERS = ("bwrap", "namespaces")
 NOBODY = 65534
@@ -77,10 +79,15 @@ def bwrap_argv(view: dict[str, list], disk_mb: int) -> list[str] | None:
             "--die-with-parent", "--as-pid-1"]
     if os.getuid() == 0:
         # Root without a user namespace: the supervisor keeps only what it needs to switch the code to
-        # nobody (bwrap run by root would otherwise keep every capability).
+        # nobody (bwrap run by root would otherwise keep every capability), and SYS_ADMIN until it has
+        # remounted /tmp, /dev/shm and /dev (_sandbox_child.finish_bwrap_root).
         argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        argv += ["--unshare-user", "--disable-userns"]
+        # uid 0 of one user namespace (bwrap nests a second one for any other uid, or for
+        # --disable-userns, and CAP_SYS_ADMIN there would not cover the mounts). New user namespaces
+        # stay refused: the seccomp filter denies unshare, setns and clone with any CLONE_NEW* flag.
+        argv += ["--unshare-user", "--uid", "0", "--gid", "0"]
+    argv += ["--cap-add", "CAP_SYS_ADMIN"]
     for path, target in view["links"]:
         argv += ["--symlink", target, path]
     parents = sorted({os.path.dirname(p) for p in view["dirs"] + view["files"]} - {"/"})
@@ -103,11 +110,15 @@ def _ancestors(path: str) -> list[str]:
 
 def child_config(launcher: str, limits, status_fd: int, root_dir: str, view: dict[str, list]) -> dict:
     """The JSON config ``_sandbox_child.py`` reads (argv[1])."""
-    seccomp = build_filter()
+    # No cgroup counts the memory a memfd or a SysV segment holds without a mapping (RLIMIT_AS does
+    # not see it): the filter refuses those.
+    seccomp = build_filter(refuse_unmapped_memory=True)
+    unsafe = unsafe_filter(OWN_PID) if launcher == "unsafe" else None
     return {"launcher": launcher, "cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb,
-            "max_procs": limits.max_procs, "disk_mb": limits.disk_mb, "status_fd": status_fd,
-            "root_dir": root_dir, "view": view, "seccomp": seccomp.hex() if seccomp else None,
-            "nobody": NOBODY}
+            "max_procs": limits.max_procs, "disk_mb": limits.disk_mb, "max_files": limits.max_files,
+            "status_fd": status_fd, "root_dir": root_dir, "view": view,
+            "seccomp": seccomp.hex() if seccomp else None, "unsafe_seccomp": unsafe.hex() if unsafe else None,
+            "nobody": NOBODY, "bwrap_root": os.getuid() == 0}
 
 
 def argv_for(launcher: str, view: dict[str, list], disk_mb: int, source: str, cfg_json: str) -> list[str] | None:

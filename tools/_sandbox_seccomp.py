@@ -15,7 +15,16 @@ matter for escape are few. What it does, per syscall number of the native ABI:
 * other processes' memory (``ptrace``, ``process_vm_*``, ``pidfd_getfd``, ``kcmp``) -> EPERM;
 * large kernel attack surface unprivileged code never needs (``bpf``, ``perf_event_open``,
   ``userfaultfd``, ``io_uring_*`` — io_uring could also open sockets behind seccomp's back —, keyrings,
-  ``*_by_handle_at``, module and kexec loading, ``reboot``, swap, ``syslog``, ``acct``, ``quotactl``).
+  ``*_by_handle_at``, module and kexec loading, ``reboot``, swap, ``syslog``, ``acct``, ``quotactl``);
+* the supervisor (pid 1 of the sandbox) out of reach: ``kill``/``tkill``/``tgkill``/``rt_*sigqueueinfo``,
+  ``pidfd_open`` and ``prlimit64`` aimed at pid 1 -> EPERM; ``pidfd_send_signal`` -> EPERM (it also takes a
+  ``/proc/PID`` directory fd, which BPF cannot see);
+* without a cgroup to count it (``refuse_unmapped_memory``), memory the code would hold without mapping it,
+  which RLIMIT_AS does not see: ``memfd_create``, ``memfd_secret``, SysV ``shmget`` and ``msgget`` -> EPERM.
+
+``unsafe_filter(pid)`` is a second filter the ``unsafe`` mode's code process stacks on top: no ``execve``,
+no new process (``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD``), and signals, ``prlimit64`` and
+``pidfd_open`` only for its own pid.
 """
 
 from __future__ import annotations
@@ -36,7 +45,16 @@ _DENIED = ("socket", "connect", "bind", "listen", "accept", "accept4", "ptrace",
            "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
            "keyctl", "add_key", "request_key", "open_by_handle_at", "name_to_handle_at", "kexec_load",
            "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff",
-           "syslog", "acct", "quotactl", "lookup_dcookie", "vhangup")
+           "syslog", "acct", "quotactl", "lookup_dcookie", "vhangup", "pidfd_send_signal")
+# Aimed at pid 1 (the supervisor) -> EPERM; any other pid: allowed (the code's own processes).
+_PID1 = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open", "prlimit64")
+# Memory held without a mapping of the caller's (RLIMIT_AS does not count it): refused without a cgroup.
+_UNMAPPED = ("memfd_create", "memfd_secret", "shmget", "msgget")
+# unsafe mode: no new program, no new process; signals and prlimit for its own pid only.
+_UNSAFE_DENIED = ("execve", "execveat", "fork", "vfork", "tkill", "pidfd_send_signal")
+_UNSAFE_OWN = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "prlimit64", "pidfd_open")
+CLONE_THREAD = 0x10000
+OWN_PID = 0x7FFFFFF0  # placeholder for the code's pid in unsafe_filter(); the child patches it in (no real pid)
 
 # Syscall numbers (asm/unistd_64.h; asm-generic/unistd.h for aarch64), checked against libseccomp by
 # the tests where it is installed.
@@ -49,7 +67,10 @@ SYSCALLS: dict[str, dict[str, int]] = {
                    io_uring_register=427, keyctl=250, add_key=248, request_key=249, open_by_handle_at=304,
                    name_to_handle_at=303, kexec_load=246, kexec_file_load=320, init_module=175,
                    finit_module=313, delete_module=176, reboot=169, swapon=167, swapoff=168, syslog=103,
-                   acct=163, quotactl=179, lookup_dcookie=212, vhangup=153, clone=56, clone3=435),
+                   acct=163, quotactl=179, lookup_dcookie=212, vhangup=153, clone=56, clone3=435,
+                   pidfd_send_signal=424, kill=62, tkill=200, tgkill=234, rt_sigqueueinfo=129,
+                   rt_tgsigqueueinfo=297, pidfd_open=434, prlimit64=302, memfd_create=319, memfd_secret=447,
+                   shmget=29, msgget=68, execve=59, execveat=322, fork=57, vfork=58),
     "aarch64": dict(socket=198, connect=203, accept=202, bind=200, listen=201, accept4=242, ptrace=117,
                     process_vm_readv=270, process_vm_writev=271, pidfd_getfd=438, kcmp=272, mount=40,
                     umount2=39, pivot_root=41, chroot=51, unshare=97, setns=268, open_tree=428,
@@ -58,7 +79,10 @@ SYSCALLS: dict[str, dict[str, int]] = {
                     io_uring_register=427, keyctl=219, add_key=217, request_key=218, open_by_handle_at=265,
                     name_to_handle_at=264, kexec_load=104, kexec_file_load=294, init_module=105,
                     finit_module=273, delete_module=106, reboot=142, swapon=224, swapoff=225, syslog=116,
-                    acct=89, quotactl=60, lookup_dcookie=18, vhangup=58, clone=220, clone3=435),
+                    acct=89, quotactl=60, lookup_dcookie=18, vhangup=58, clone=220, clone3=435,
+                    pidfd_send_signal=424, kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138,
+                    rt_tgsigqueueinfo=240, pidfd_open=434, prlimit64=261, memfd_create=279, memfd_secret=447,
+                    shmget=194, msgget=186, execve=221, execveat=281),
 }
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
@@ -70,13 +94,45 @@ def native_arch() -> str | None:
     return machine if machine in SYSCALLS else None
 
 
-def build_filter(arch: str | None = None) -> bytes | None:
-    """The filter program as ``struct sock_filter[]`` bytes; None when the ABI is unsupported."""
+def build_filter(arch: str | None = None, *, refuse_unmapped_memory: bool = True) -> bytes | None:
+    """The sandbox's filter as ``struct sock_filter[]`` bytes; None when the ABI is unsupported.
+    ``refuse_unmapped_memory``: refuse memfd and SysV shared memory / queues (when no cgroup counts them)."""
     arch = arch or native_arch()
     if arch is None:
         return None
     nr = SYSCALLS[arch]
-    # (code, jump-true label or offset, jump-false label or offset, k); labels resolve below.
+    denied = _DENIED + (_UNMAPPED if refuse_unmapped_memory else ())
+    prog = _head(arch) + [(_JEQ, "eperm", 0, nr[name]) for name in denied]
+    prog += [(_JEQ, "enosys", 0, nr["clone3"]), (_JEQ, "clone", 0, nr["clone"])]
+    prog += [(_JEQ, "pid1", 0, nr[name]) for name in _PID1]
+    prog.append((_RET, 0, 0, _RET_ALLOW))
+    blocks = {
+        "clone": [(_LD_ABS, 0, 0, _OFF_ARG0), (_JSET, "eperm", 0, CLONE_NS_FLAGS), (_RET, 0, 0, _RET_ALLOW)],
+        "pid1": [(_LD_ABS, 0, 0, _OFF_ARG0), (_JEQ, "eperm", 0, 1), (_RET, 0, 0, _RET_ALLOW)],
+    }
+    return _assemble(prog, blocks)
+
+
+def unsafe_filter(pid: int, arch: str | None = None) -> bytes | None:
+    """The filter the ``unsafe`` mode's code process (``pid``) stacks on the sandbox's: no exec, no new
+    process, no signal or prlimit for any process but its own (by its pid: 0 would name its process group,
+    which holds the supervisor)."""
+    arch = arch or native_arch()
+    if arch is None:
+        return None
+    nr = SYSCALLS[arch]
+    prog = _head(arch) + [(_JEQ, "eperm", 0, nr[name]) for name in _UNSAFE_DENIED if name in nr]
+    prog += [(_JEQ, "own", 0, nr[name]) for name in _UNSAFE_OWN]
+    prog += [(_JEQ, "thread", 0, nr["clone"]), (_RET, 0, 0, _RET_ALLOW)]
+    blocks = {
+        "own": [(_LD_ABS, 0, 0, _OFF_ARG0), (_JEQ, "allow", "eperm", pid)],  # not 0: its group holds the supervisor
+        "thread": [(_LD_ABS, 0, 0, _OFF_ARG0), (_JSET, "allow", "eperm", CLONE_THREAD)],
+        "allow": [(_RET, 0, 0, _RET_ALLOW)],
+    }
+    return _assemble(prog, blocks)
+
+
+def _head(arch: str) -> list[tuple[int, object, object, int]]:
     prog: list[tuple[int, object, object, int]] = [
         (_LD_ABS, 0, 0, _OFF_ARCH),
         (_JEQ, 0, "kill", AUDIT_ARCH[arch]),
@@ -84,23 +140,25 @@ def build_filter(arch: str | None = None) -> bytes | None:
     ]
     if arch == "x86_64":  # x32 syscalls are the x86_64 numbers with bit 30 set
         prog.append((_JGE, "eperm", 0, 0x40000000))
-    prog += [(_JEQ, "eperm", 0, nr[name]) for name in _DENIED]
-    prog += [
-        (_JEQ, "enosys", 0, nr["clone3"]),
-        (_JEQ, "clone", 0, nr["clone"]),
-        (_RET, 0, 0, _RET_ALLOW),
-    ]
-    labels = {"clone": len(prog)}
-    prog += [(_LD_ABS, 0, 0, _OFF_ARG0), (_JSET, "eperm", 0, CLONE_NS_FLAGS), (_RET, 0, 0, _RET_ALLOW)]
-    labels["enosys"] = len(prog)
-    prog.append((_RET, 0, 0, _RET_ERRNO | errno.ENOSYS))
-    labels["eperm"] = len(prog)
-    prog.append((_RET, 0, 0, _RET_ERRNO | errno.EPERM))
-    labels["kill"] = len(prog)
-    prog.append((_RET, 0, 0, _RET_KILL_PROCESS))
+    return prog
+
+
+def _assemble(prog: list[tuple[int, object, object, int]], blocks: dict[str, list]) -> bytes:
+    """Append the named blocks and the return blocks, resolve labels to forward offsets, pack."""
+    labels: dict[str, int] = {}
+    for name, block in blocks.items():
+        labels[name] = len(prog)
+        prog = prog + block
+    for name, ret in (("enosys", _RET_ERRNO | errno.ENOSYS), ("eperm", _RET_ERRNO | errno.EPERM),
+                      ("kill", _RET_KILL_PROCESS)):
+        labels[name] = len(prog)
+        prog = prog + [(_RET, 0, 0, ret)]
 
     def jump(target: object, at: int) -> int:
-        return target if isinstance(target, int) else labels[str(target)] - at - 1
+        offset = target if isinstance(target, int) else labels[str(target)] - at - 1
+        if not 0 <= offset <= 255:  # classic BPF jumps forward by at most 255 instructions
+            raise ValueError(f"seccomp filter jump out of range at {at}")
+        return offset
 
     return b"".join(struct.pack("<HBBI", code, jump(jt, i), jump(jf, i), k)
                     for i, (code, jt, jf, k) in enumerate(prog))

@@ -5,13 +5,16 @@ bubblewrap (``bwrap``) when installed, else our own namespaces (``unshare`` + ``
 way the code sees a fresh /proc of its own pid namespace, a read-only root of /usr, the interpreter's
 prefix and site-packages, a fresh size-capped /tmp (its cwd, HOME and TMPDIR) and nothing of the
 host's /run, /var, /home, /tmp or /etc; it has no network namespace to reach (only a downed loopback),
-no socket of any family (seccomp), no new privileges, runs as uid ``nobody`` (when started as root)
-under RLIMIT_CPU/AS/NPROC/FSIZE/NOFILE, and a wall clock the parent enforces. With neither launcher
-working, ``run_python`` refuses (``SandboxUnavailable``, one line saying how to enable one) unless the
-caller allows ``unsafe`` (``Settings.allow_python = "unsafe"``): rlimits, seccomp and an audit hook only.
+no socket of any family and no memfd or SysV memory (seccomp), no new privileges, runs as uid ``nobody``
+(when started as root) under RLIMIT_CPU/AS/NPROC/FSIZE/NOFILE, at most ``max_files`` inodes on /tmp and
+/dev/shm, and a wall clock the parent enforces. With neither launcher working, ``run_python`` refuses
+(``SandboxUnavailable``, one line saying how to enable one) unless the caller allows ``unsafe``
+(``Settings.allow_python = "unsafe"``): the host's namespaces, with rlimits, seccomp (no socket, exec, new
+process or signal to another), Landlock (no write outside the work dir, where the kernel has it) and an
+audit hook; nothing keeps it from reading what the calling user can.
 
 The status (``SandboxResult.stopped``) comes from the parent's own clock and from the sandbox's
-supervisor (pid 1 inside, which the code cannot signal, trace or write for): the code's wait status,
+supervisor (pid 1 inside, which the code cannot signal, re-limit, trace or write for): the code's wait status,
 its CPU time and the peak number of processes; never from the code's output.
 
 The tool is off unless the runtime's settings enable it (``Settings.allow_python``).
@@ -50,10 +53,12 @@ class SandboxLimits:
     max_procs: int = 16
     disk_mb: int = 64
     max_output_chars: int = 4000
+    max_files: int = 4096  # inodes on each of /tmp and /dev/shm (~1 KB of kernel memory each, uncounted by size)
 
     def __post_init__(self) -> None:
-        if self.cpu_s < 1 or self.wall_s <= 0 or self.memory_mb < 64 or self.max_procs < 1 or self.disk_mb < 1:
-            raise InputError("sandbox limits must be positive (cpu_s >= 1, memory_mb >= 64)")
+        if (self.cpu_s < 1 or self.wall_s <= 0 or self.memory_mb < 64 or self.max_procs < 1 or self.disk_mb < 1
+                or self.max_files < 16):
+            raise InputError("sandbox limits must be positive (cpu_s >= 1, memory_mb >= 64, max_files >= 16)")
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from agentrt.app.terminal import printable
 from agentrt.core.events import Answer, BudgetUpdate, RouteDecided, RunStarted, StepStarted, TokenDelta
 
 DIM, RESET, CLEAR = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
@@ -62,7 +63,7 @@ class LiveView:
         elif isinstance(event, RouteDecided):
             self.route = event.route
             self._clear()
-            self.err.write(f"{DIM}route {event.route}{' — ' + event.reason if event.reason else ''}{RESET}\n")
+            self.err.write(f"{DIM}route {event.route}{' — ' + printable(event.reason) if event.reason else ''}{RESET}\n")
             self._status()
         elif isinstance(event, StepStarted):
             self.step = event.name
@@ -76,12 +77,12 @@ class LiveView:
             self._clear()
             if event.thought:
                 self.in_thought = True
-                self.out.write(f"{DIM}{event.text}{RESET}")
+                self.out.write(f"{DIM}{printable(event.text)}{RESET}")
             else:
                 if self.in_thought:
                     self.out.write("\n")
                     self.in_thought = False
-                self.out.write(event.text)
+                self.out.write(printable(event.text))  # a model's ESC sequences are shown, not obeyed
                 self.shown += event.text
             self.out.flush()
 
@@ -93,9 +94,9 @@ class LiveView:
         if result.answer.strip() != self.shown.strip():
             if self.shown.strip():  # the route trimmed or replaced what it streamed: say what it kept
                 self.out.write(f"\n{DIM}(answer){RESET} ")
-            self.out.write(result.answer)
+            self.out.write(printable(result.answer))
         if not result.answer:
-            self.out.write(no_answer_line(result))
+            self.out.write(printable(no_answer_line(result)))
         self.out.write("\n")
         self.out.flush()
 

@@ -21,9 +21,11 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+from rich.markup import escape
 from rich.text import Text
 
 from agentrt.app.live import no_answer_line
+from agentrt.app.terminal import printable
 from agentrt.app.agent import Agent
 from agentrt.core.errors import AgentrtError, UserError
 from agentrt.app.streaming import (Answer, BudgetUpdate, Event, Plan, PlanApproved, RouteDecided, RunStarted, StepFinished,
@@ -98,27 +100,27 @@ class TurnView:
         parts: list[Any] = []
         if self.route:
             parts.append(Text.assemble((f"route {self.route}", "bold cyan"),
-                                       (f"  ({self.reason})" if self.reason else "", "dim")))
+                                       (f"  ({printable(self.reason)})" if self.reason else "", "dim")))
         if self.plan is not None:
             state = "" if self.approved is None else ("  approved" if self.approved else "  rejected")
-            parts.append(Text(f"plan{state}: {json.dumps(self.plan, ensure_ascii=False)[:400]}", style="magenta"))
+            parts.append(Text(printable(f"plan{state}: {json.dumps(self.plan, ensure_ascii=False)[:400]}"), style="magenta"))
         running = sum(1 for s in self.steps if s[1] == "running")
         for name, state, tokens in self.steps[-8:]:
             mark = "…" if state == "running" else "✓"
-            parts.append(Text(f"  {mark} {name}" + (f"  {tokens} tok" if tokens else ""), style="dim"))
+            parts.append(Text(printable(f"  {mark} {name}" + (f"  {tokens} tok" if tokens else "")), style="dim"))
         if running > 1:
             parts.append(Text(f"  {running} calls in parallel", style="yellow"))
         for t in self.tools[-5:]:
-            parts.append(Text(f"  tool {t.name}({json.dumps(t.args, ensure_ascii=False)[:80]})", style="blue"))
+            parts.append(Text(printable(f"  tool {t.name}({json.dumps(t.args, ensure_ascii=False)[:80]})"), style="blue"))
         thought = self.thought.strip()
         if thought:
-            parts.append(Text("\n".join(thought.splitlines()[-THOUGHT_LINES:])[-THOUGHT_LINES * 120:], style="dim"))
+            parts.append(Text(printable("\n".join(thought.splitlines()[-THOUGHT_LINES:])[-THOUGHT_LINES * 120:]), style="dim"))
         if self.answer is not None:  # the run's answer (a route may trim what it streamed)
             r = self.answer.result
-            parts.append(Panel(r.answer or no_answer_line(r), title="answer", title_align="left",
+            parts.append(Panel(Text(printable(r.answer or no_answer_line(r))), title="answer", title_align="left",
                                style="" if r.answer else "yellow"))
         elif self.said.strip():
-            parts.append(Text(self.said.strip()))
+            parts.append(Text(printable(self.said.strip())))
         if self.total:
             bar = Table.grid(padding=(0, 1))
             bar.add_row(Text("budget"), ProgressBar(total=self.total, completed=self.spent, width=30),
@@ -147,7 +149,8 @@ class Repl:
             # Python then never raises KeyboardInterrupt; at a terminal, Ctrl-C must cancel the turn.
             signal.signal(signal.SIGINT, signal.default_int_handler)
         self._history()
-        self.console.print(f"[bold]agentrt chat[/] on {self.agent.settings.policy} — /help for commands, Ctrl-D to leave")
+        self.console.print(f"[bold]agentrt chat[/] on {escape(printable(self.agent.settings.policy))} — /help for commands, "
+                           "Ctrl-D to leave")
         while True:
             try:
                 line = input("you> ").strip()
@@ -184,10 +187,10 @@ class Repl:
             self.console.print(f"[yellow]cancelled[/] (trajectory {view.run_id or '?'} saved as cancelled)")
             return
         except UserError as e:
-            self.console.print(f"[red]error:[/] {e}")
+            self.console.print(f"[red]error:[/] {escape(printable(e))}")
             return
         except AgentrtError as e:
-            self.console.print(f"[red]failed:[/] {e}")
+            self.console.print(f"[red]failed:[/] {escape(printable(e))}")
             return
         self._show_answer(view)
 
@@ -202,7 +205,7 @@ class Repl:
         if sources:
             self.console.print("sources:", style="bold")
         for i, src in enumerate(sources, 1):
-            self.console.print(f"  [{i}] {src}", style="blue", markup=False)
+            self.console.print(printable(f"  [{i}] {src}"), style="blue", markup=False)
         self.console.print(f"[dim]route={r.route} tokens={r.usage.total_tokens}/{r.budget} status={r.status} "
                            f"trajectory={r.trajectory_id}[/]")
 
@@ -234,13 +237,13 @@ class Repl:
                 self.console.print("[red]/budget takes a positive number of tokens[/]")
         elif name == "/plan":
             plan = self.last.plan if self.last else None
-            self.console.print(json.dumps(plan, indent=2, ensure_ascii=False) if plan else "no plan in the last turn",
+            self.console.print(printable(json.dumps(plan, indent=2, ensure_ascii=False)) if plan else "no plan in the last turn",
                                markup=False)
         elif name == "/memory":
             if not self.session.turns:
                 self.console.print("the conversation is empty")
             for i, t in enumerate(self.session.turns, 1):
-                self.console.print(f"{i}. you: {t.question}\n   agent: {t.answer}", markup=False)
+                self.console.print(printable(f"{i}. you: {t.question}\n   agent: {t.answer}"), markup=False)
         elif name == "/trace":
             self._trace()
         elif name in ("/good", "/bad"):
@@ -274,11 +277,11 @@ class Repl:
         self.console.print(f"trajectories: {self.agent.writer.path}", markup=False)
 
     def _ask_user(self, question: str) -> str:
-        return self.console.input(f"[bold]agent asks:[/] {question}\n> ")
+        return self.console.input(f"[bold]agent asks:[/] {escape(printable(question))}\n> ")
 
     def _approve_plan(self, plan: Any) -> bool:
         shown = plan.model_dump() if hasattr(plan, "model_dump") else plan  # the plan route passes a Plan
-        self.console.print(json.dumps(shown, indent=2, ensure_ascii=False, default=str), markup=False)
+        self.console.print(printable(json.dumps(shown, indent=2, ensure_ascii=False, default=str)), markup=False)
         return self.console.input("approve this plan? [Y/n] ").strip().lower() in ("", "y", "yes")
 
     def _history(self) -> None:

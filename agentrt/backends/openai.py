@@ -223,6 +223,9 @@ class OpenAIBackend:
         if self.is_vllm:
             # vLLM extensions: token ids for trainers, prefill, template switches, structured output.
             body["return_token_ids"] = True
+            body.update({k: v for k, v in (("top_k", params.top_k), ("min_p", params.min_p)) if v})
+            if params.repetition_penalty != 1.0:
+                body["repetition_penalty"] = params.repetition_penalty
             if messages and messages[-1].role == "assistant":
                 body["continue_final_message"], body["add_generation_prompt"] = True, False
             if params.chat_template_kwargs:

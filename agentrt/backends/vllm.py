@@ -124,6 +124,11 @@ class VLLMBackend:
         """Blocking ``chat`` for scripts and threads."""
         return asyncio.run(self.chat(messages, params))
 
+    async def complete(self, prompt_ids: list[int], params: GenParams) -> Completion:
+        """Continue ``prompt_ids`` as they are, no chat template (``Completer``: /v1/completions)."""
+        check_request(len(prompt_ids), params, self.context_length, self.name)
+        return await self._loop.run(self._generate(list(prompt_ids), params))
+
     def close(self) -> None:
         """Stop the engine (and its worker processes) and the private loop."""
         engine = getattr(self, "engine", None)
@@ -167,6 +172,9 @@ def sampling_params(params: GenParams) -> SamplingParams:
         n=params.n,
         temperature=max(0.0, params.temperature),
         top_p=params.top_p,
+        top_k=params.top_k if params.top_k > 0 else -1,
+        min_p=params.min_p,
+        repetition_penalty=params.repetition_penalty,
         max_tokens=params.max_tokens,
         stop=list(params.stop) or None,
         seed=params.seed,

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from agentrt.core.confidence import ConfidenceMode
 from agentrt.core.errors import ConfigError
+from agentrt.core.files import MiB, read_text_capped
 
 DEFAULT_BUDGET = 1024
 
@@ -199,18 +200,24 @@ class Settings(BaseModel):
         return Path(env).expanduser() if env else self.home / "models"
 
 
+MAX_CONFIG_BYTES = MiB  # a config file is a few hundred bytes
+
+
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
     """Build Settings: explicit ``overrides`` (None = not given) > the TOML file (if any) > the environment
     (``AGENTRT_<NAME>``) > defaults; errors name the bad key or variable."""
     data: dict[str, Any] = {}
     path = Path(config_file) if config_file else default_home() / "config.toml"
     if config_file and not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
+        raise ConfigError(f"config file {path} " + ("is not a regular file" if path.exists() else "does not exist"))
     if path.is_file():
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8")).get("agentrt", {})
+            data = tomllib.loads(read_text_capped(path, MAX_CONFIG_BYTES, "config file")).get("agentrt", {})
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+        if not isinstance(data, dict):  # `agentrt = 5`: the settings must be a table
+            raise ConfigError(f"config file {path}: 'agentrt' must be a table of settings ([agentrt] with "
+                              f"name = value lines under it), got {type(data).__name__} {str(data)[:40]!r}")
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return Settings(**data)

@@ -47,6 +47,13 @@ class Scorer(Protocol):
 
 
 @runtime_checkable
+class Completer(Protocol):
+    """A backend that continues raw token ids, no chat template (the server's ``/v1/completions``)."""
+
+    async def complete(self, prompt_ids: list[int], params: GenParams) -> Completion: ...
+
+
+@runtime_checkable
 class Closable(Protocol):
     """A backend holding resources (threads, an engine, connections) that ``close`` frees."""
 
@@ -89,4 +96,4 @@ class Runner(Protocol):
     def request(self, question: str, **options: Any) -> tuple[RunRequest, RunHooks]: ...
 
 
-__all__ = ["Closable", "LocalModel", "ModelBackend", "RunResult", "Runner", "Scorer", "Tokenized"]
+__all__ = ["Closable", "Completer", "LocalModel", "ModelBackend", "RunResult", "Runner", "Scorer", "Tokenized"]

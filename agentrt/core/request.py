@@ -85,6 +85,12 @@ class AnswerOptions(_Options):
                                    description="each answer call's completion-token limit (the budget still clips)")
     stop: list[str] = Field(default_factory=list, description="more stop strings for the answer")
     top_p: float | None = Field(default=None, gt=0, le=1, description="nucleus sampling of the answer")
+    top_k: int | None = Field(default=None, ge=-1, strict=True, description="sample the answer among the k likeliest "
+                              "tokens (0 or -1: off, as vLLM)")
+    min_p: float | None = Field(default=None, ge=0, le=1, description="drop answer tokens less likely than min_p x "
+                                "the likeliest")
+    repetition_penalty: float | None = Field(default=None, gt=0, le=10, description="> 1 penalizes answer tokens "
+                                             "already in the prompt or output (vLLM's / transformers' rule)")
     n: int = Field(default=1, ge=1, le=16, strict=True, description="choices of the answer call")
     json_schema: dict[str, Any] | None = Field(default=None, description="constrain the answer to this JSON schema")
     confidence: ConfidenceMode | None = Field(
@@ -111,6 +117,12 @@ class AnswerOptions(_Options):
             changes["stop"] = list(dict.fromkeys([*params.stop, *self.stop]))
         if self.top_p is not None:
             changes["top_p"] = self.top_p
+        if self.top_k is not None:
+            changes["top_k"] = max(0, self.top_k)
+        if self.min_p is not None:
+            changes["min_p"] = self.min_p
+        if self.repetition_penalty is not None:
+            changes["repetition_penalty"] = self.repetition_penalty
         if self.n > 1 and name == "answer":
             changes["n"] = self.n
         if self.json_schema is not None and name == "answer":

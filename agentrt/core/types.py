@@ -48,6 +48,9 @@ class GenParams:
     max_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: off; k > 0 samples among the k likeliest tokens
+    min_p: float = 0.0  # 0: off; drop tokens less likely than min_p x the likeliest one's probability
+    repetition_penalty: float = 1.0  # 1: off; > 1 makes tokens already in the prompt or the output less likely
     n: int = 1
     stop: list[str] = field(default_factory=list)
     seed: int | None = None

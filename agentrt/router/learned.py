@@ -16,11 +16,13 @@ from typing import Any
 
 from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError
+from agentrt.core.files import MiB, read_text_capped
 from agentrt.router import evidence as ev
 from agentrt.router.decision import RouteDecision, UtilityConfig, choose
 from agentrt.router.features import HASH_DIM, NUMERIC_FEATURES, vectorize
 
 FORMAT = "agentrt-router"
+MAX_BYTES = 4 * MiB  # a router file is ~40 KB; a bigger one is not a router file (or is hostile)
 VERSION = 1
 
 
@@ -97,7 +99,7 @@ class RouterModel:
         """Load a router file; corrupt or version-mismatched files raise ConfigError."""
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_text_capped(path, MAX_BYTES, "router file"))
         except FileNotFoundError:
             raise ConfigError(f"router file {path} does not exist; train one with: agentrt train-router") from None
         except (json.JSONDecodeError, UnicodeDecodeError):

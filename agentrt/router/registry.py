@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.core.errors import ConfigError, InputError
+from agentrt.core.files import MiB, read_text_capped
 from agentrt.core.protocols import LocalModel
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "routers"
 PROMOTED = "promoted.json"
+MAX_STATE_BYTES = 4 * MiB  # router files and state files are KBs; the cap keeps a bad file from filling memory
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,8 @@ class Entry:
 
 def _read_provenance(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        data = json.loads(read_text_capped(path, MAX_STATE_BYTES, "router file"))
+    except (OSError, ConfigError, json.JSONDecodeError, UnicodeDecodeError):
         return {}
     return dict(data.get("provenance") or {}) if isinstance(data, dict) else {}
 
@@ -161,7 +163,7 @@ def _promoted_state(home: Path) -> dict[str, list[str]]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text_capped(path, MAX_STATE_BYTES, "router registry file"))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ConfigError(f"{path} is corrupt; delete it to fall back to the shipped router") from None
     return {str(k): [str(v) for v in vs] for k, vs in data.items()} if isinstance(data, dict) else {}
@@ -243,7 +245,7 @@ def observe_state(home: Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text_capped(path, MAX_STATE_BYTES, "router registry file"))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ConfigError(f"{path} is corrupt; delete it (no candidate is then observed)") from None
     return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}

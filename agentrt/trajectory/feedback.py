@@ -19,7 +19,8 @@ from typing import Any
 
 from agentrt.core.errors import InputError
 from agentrt.trajectory.schema import TRAJECTORY_FILE
-from agentrt.trajectory.store import FEEDBACK_FILE, _locked, _terminate_torn_tail, find_record, read_feedback
+from agentrt.trajectory.store import (FEEDBACK_FILE, _locked, _terminate_torn_tail, append_whole, find_record,
+                                      read_feedback)
 
 __all__ = ["FEEDBACK_FILE", "SOURCES", "read_feedback", "record_feedback", "verdict"]
 
@@ -46,8 +47,8 @@ def record_feedback(directory: str | Path, run_id: str, *, reward: float | None 
     score, correct = verdict(reward, correct)
     directory = Path(directory)
     run_id = str(run_id or "").strip()
-    if run_id.startswith("chatcmpl-"):  # the server's response id is the run id behind this prefix
-        run_id = run_id[len("chatcmpl-"):]
+    for prefix in ("chatcmpl-", "resp_"):  # the server's response ids are the run id behind these prefixes
+        run_id = run_id.removeprefix(prefix)
     if not run_id or not directory.is_dir() or find_record(directory, run_id) is None:
         raise InputError(f"no run {run_id!r} in {directory}; give the run id that `agentrt run --json` "
                          "(trajectory_id), the SDK (Result.trajectory_id) or the server (response id) returned")
@@ -57,9 +58,8 @@ def record_feedback(directory: str | Path, run_id: str, *, reward: float | None 
     with _locked(directory / f".{TRAJECTORY_FILE}.lock"):
         fd = os.open(directory / FEEDBACK_FILE, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            _terminate_torn_tail(fd, marker=False)
-            os.write(fd, line)
-            os.fsync(fd)
+            _terminate_torn_tail(fd, marker=False, path=directory / FEEDBACK_FILE)
+            append_whole(fd, line, directory / FEEDBACK_FILE)  # a full disk: one clear line, no half line
         finally:
             os.close(fd)
     return entry

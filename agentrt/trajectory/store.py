@@ -23,6 +23,7 @@ Why it is safe:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -78,12 +79,8 @@ class TrajectoryWriter:
         with _locked(self.lock_path):
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                _terminate_torn_tail(fd, marker=True)
-                written = os.write(fd, line)
-                if written != len(line):  # pragma: no cover - disk full; never leave a silent half line
-                    raise TrajectoryError(f"short write to {self.path} ({written}/{len(line)} bytes); free disk space")
-                end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: our write ended here
-                os.fsync(fd)
+                _terminate_torn_tail(fd, marker=True, path=self.path)
+                end = append_whole(fd, line, self.path)  # a full disk: the file as it was, and one clear line
             finally:
                 os.close(fd)
             self._index({"run_id": record.run_id, "file": self.filename, "offset": end - len(line), "length": len(line)})
@@ -95,8 +92,10 @@ class TrajectoryWriter:
             return
         fd = os.open(self.index_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            _terminate_torn_tail(fd, marker=False)
-            os.write(fd, (json.dumps(entry) + "\n").encode())
+            _terminate_torn_tail(fd, marker=False, path=self.index_path)
+            append_whole(fd, (json.dumps(entry) + "\n").encode(), self.index_path, sync=False)
+        except TrajectoryError:
+            pass  # derived data (the record itself is on disk): a missing entry costs find_record a scan
         finally:
             os.close(fd)
 
@@ -118,7 +117,7 @@ def _locked(lock_path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the flock
 
 
-def _terminate_torn_tail(fd: int, *, marker: bool) -> None:
+def _terminate_torn_tail(fd: int, *, marker: bool, path: Path | str = "the trajectory file") -> None:
     """If the file does not end with a newline, a writer died mid-line: end that line (and say so)."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
@@ -126,7 +125,32 @@ def _terminate_torn_tail(fd: int, *, marker: bool) -> None:
     note = b"\n"
     if marker:
         note += (json.dumps({REPAIR_KEY: "torn_previous_line", "at": time.time(), "pid": os.getpid()}) + "\n").encode()
-    os.write(fd, note)
+    append_whole(fd, note, path, sync=False)  # on a full disk: a TrajectoryError line, the torn line left as it was
+
+
+def append_whole(fd: int, data: bytes, path: Path | str, *, sync: bool = True) -> int:
+    """Append ``data`` to ``fd`` (opened O_APPEND, under the lock) whole or not at all; returns where it ends.
+
+    A failed or short write, or a failed fsync (a full disk, a quota, an I/O error), cuts the file back to
+    its size before the write, so no half line is left, and raises one ``TrajectoryError`` line saying so."""
+    start = os.fstat(fd).st_size
+    try:
+        written = os.write(fd, data)
+        if written != len(data):  # the disk filled mid-write: the kernel took what fit
+            raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes written")
+        if sync:
+            os.fsync(fd)
+    except OSError as e:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:  # pragma: no cover - a file we cannot cut back: the next writer ends the torn line
+            pass
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        why = "the disk is full" if full else f"the write failed ({e.strerror or e})"
+        raise TrajectoryError(f"cannot write to {path}: {why}; nothing was written (the file is as it was); "
+                              + ("free disk space there, or point AGENTRT_HOME at another disk" if full else
+                                 "check the disk and its permissions")) from None
+    return start + len(data)
 
 
 def _rotated(directory: Path, stem: str) -> list[tuple[int, Path]]:

@@ -59,27 +59,6 @@ def _log(suite: Path, out: Path, home: Path, args) -> Path:
     return out / "trajectories"
 
 
-def _deciding(model, settings, minimum: float):
-    """An estimator that decides as the runtime does: the model's estimates where the action it would take has
-    evidence, else the rules'. Returns (estimate, state_of) where state_of(e) says which decided for run e."""
-    from agentrt.router.decision import UtilityConfig, choose
-    from agentrt.train.router_eval import rules_estimator
-
-    rules = rules_estimator(settings)
-    cache: dict[int, tuple] = {}
-
-    def decide(e):
-        if id(e) not in cache:
-            p, t = model.predict(e.x)
-            pick = choose("learned", p, t, e.budget, UtilityConfig(actions=tuple(p))).action
-            sizes, _ = model.effective_sizes(e.x)
-            ok = sizes.get(pick, 0.0) >= minimum
-            cache[id(e)] = ((p, t) if ok else rules(e), ok)
-        return cache[id(e)]
-
-    return (lambda e: decide(e)[0]), (lambda e: decide(e)[1])
-
-
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--family", nargs="+", default=["simpleqa"], help="suites left out of the shipped router's data")
@@ -98,12 +77,11 @@ def main() -> None:
     from agentrt.router import registry
     from agentrt.router.learned import RouterModel
     from agentrt.train.router import calibration, load_examples, train_router
-    from agentrt.train.router_eval import config, evaluate, fixed_estimator
+    from agentrt.train.router_eval import config, deciding_estimator, evaluate, fixed_estimator
 
     out = Path(args.out).resolve()
     home = out / "home"  # scratch: nothing promoted, so the shipped router logs the traffic
     settings = Settings()
-    minimum = settings.router_min_evidence
     shipped = RouterModel.load(registry.shipped()[0].path)
     results = []
     for family in args.family:
@@ -122,7 +100,7 @@ def main() -> None:
                 print(f"{family} N={n}: too few traffic questions ({len(rows)} runs)")
                 continue
             model = shipped if n == 0 else train_router([], lam=args.lam, folds=min(5, n), examples=rows)
-            estimate, calibrated = _deciding(model, settings, minimum)
+            estimate, calibrated = deciding_estimator(model, settings)
             cand = evaluate(f"N={n}", estimate, estimate, held, config(args.lam, tuple(model.actions)))
             pairs = [(estimate(e)[0].get(e.action), e.success, calibrated(e)) for e in held]
             pairs = [(p, y, c) for p, y, c in pairs if p is not None]

@@ -51,7 +51,7 @@ def _ask(client, question: str, **kw):
 def test_served_model_names_and_unknown_model_404(client):
     import openai
 
-    assert [m.id for m in client.models.list().data] == NAMES
+    assert [m.id for m in client.models.list().data] == [*NAMES, "all-MiniLM-L6-v2"]  # + the embedding model
     resp = client.chat.completions.create(model="smol-chat", messages=[{"role": "user", "content": "Hi"}],
                                           max_tokens=8)
     assert resp.model == "smol-chat"

@@ -39,7 +39,7 @@ def test_models_and_health(server):
 
     client = OpenAI(base_url=f"{base}/v1", api_key="unused")
     # by default: agentrt, and the policy's own name (vLLM's default served name)
-    assert [m.id for m in client.models.list().data] == ["agentrt", "SmolLM2-135M-Instruct"]
+    assert [m.id for m in client.models.list().data] == ["agentrt", "SmolLM2-135M-Instruct", "all-MiniLM-L6-v2"]
     assert httpx.get(f"{base}/healthz").json()["status"] == "ok"
 
 
@@ -66,7 +66,7 @@ def test_streaming_sse(server):
 
     client = OpenAI(base_url=f"{base}/v1", api_key="unused")
     chunks = list(client.chat.completions.create(
-        model="agentrt", stream=True, stream_options={"include_usage": True},
+        model="agentrt", stream=True, stream_options={"include_usage": True, "include_agentrt_events": True},
         messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
                   {"role": "user", "content": "Name a color."}], extra_body={"budget": 400, "route": "direct"}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

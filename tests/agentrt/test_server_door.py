@@ -100,7 +100,8 @@ def test_healthz_stays_open_and_the_openai_client_works_with_the_key(server):
     with pytest.raises(AuthenticationError):
         _client(base, "not-the-key").models.list()
     client = _client(base)
-    assert [m.id for m in client.models.list().data] == ["agentrt", "scripted"]  # agentrt and the policy's name
+    # agentrt and the policy's name, then the embedding model (/v1/embeddings)
+    assert [m.id for m in client.models.list().data] == ["agentrt", "scripted", "all-MiniLM-L6-v2"]
     resp = client.chat.completions.create(model="agentrt", messages=[{"role": "user", "content": "hi"}],
                                           extra_body={"route": "direct"})
     assert resp.choices[0].message.content == "fine"

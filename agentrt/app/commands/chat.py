@@ -27,7 +27,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     agent = _agent(args, budget=args.budget, route=args.route)  # every argument checked before the model loads
     console = Console(highlight=False)
-    with console.status(f"loading {agent.settings.policy} ..."):
+    from rich.markup import escape
+
+    from agentrt.app.terminal import printable
+
+    with console.status(f"loading {escape(printable(agent.settings.policy))} ..."):
         agent.policy  # noqa: B018 - load before the first prompt
     try:
         return Repl(agent, console=console, budget=args.budget, route=args.route, approve_plans=args.approve_plans).run()

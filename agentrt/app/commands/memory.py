@@ -169,13 +169,15 @@ def cmd_search(args: argparse.Namespace) -> int:
             )
         name = have[0]
     hits = open_corpus(loc, name).search(args.query, k=args.k, mode=args.mode)
+    from agentrt.app.terminal import printable
+
     for rank, h in enumerate(hits, 1):
         if args.json:
             print(json.dumps({"rank": rank, **h.to_dict()}, ensure_ascii=False))
             continue
         snippet = " ".join(h.text.split())
         snippet = snippet[:157] + "..." if len(snippet) > 160 else snippet
-        print(f"{rank:2d}. {h.score:.4f}  {h.id}  {h.title}\n    {snippet}")
+        print(printable(f"{rank:2d}. {h.score:.4f}  {h.id}  {h.title}\n    {snippet}"))  # documents: shown, not obeyed
     if not hits:
         print("no hits", file=sys.stderr)
     return 0

@@ -87,9 +87,14 @@ def cmd_route(args: argparse.Namespace) -> int:
         table.add_row(a + mark, _fmt(decision.p_success.get(a)), _fmt(decision.evidence.get(a), 1),
                       _fmt(floors.get(a)), _fmt(decision.expected_tokens.get(a), 0), _fmt(decision.utility.get(a)),
                       _fmt(decision.probabilities.get(a)), decision.excluded.get(a, ""))
+    from rich.markup import escape
+
+    from agentrt.app.terminal import printable
+
     console = Console()
     console.print(table)
-    console.print(f"chosen: [bold]{decision.action}[/bold] (propensity {decision.propensity:.2f}) — {decision.reason}")
+    console.print(f"chosen: [bold]{decision.action}[/bold] (propensity {decision.propensity:.2f}) — "
+                  f"{escape(printable(decision.reason))}")  # a reason may quote the question or a model
     higher = [a for a, u in decision.utility.items() if u > decision.utility.get(decision.action, 0.0)]
     if higher:  # say why a higher utility lost, or the table reads as a wrong choice
         console.print("not chosen despite a higher utility: " + "; ".join(

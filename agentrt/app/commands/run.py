@@ -197,6 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     tools = tools_for_mode(args.tools, agent.settings)
     from agentrt.app.live import no_answer_line, run_live, wants_live  # on a terminal the answer streams (issue 37)
+    from agentrt.app.terminal import printable  # the model's text, escaped for the terminal (--json keeps it raw)
 
     if wants_live(args):
         from agentrt.app.streaming import stream
@@ -213,11 +214,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps({**result.to_dict(), "sources": sources}, ensure_ascii=False))
     else:
         if not wants_live(args):  # the live view has shown the answer already
-            print(result.answer or no_answer_line(result))
+            print(printable(result.answer or no_answer_line(result)))
         if sources:
             print(f"sources ({agent.settings.corpus}):")
             for n, src in enumerate(sources, 1):
-                print(f"  [{n}] {src['title'] or '(untitled)'}  id={src['id']}")
+                print(printable(f"  [{n}] {src['title'] or '(untitled)'}  id={src['id']}"))
         stated = "" if result.confidence_status is None else (
             f" confidence={result.confidence:g}" if result.confidence is not None else f" confidence={result.confidence_status}")
         print(

@@ -79,10 +79,12 @@ def cmd_call(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as e:
         raise InputError(f"arguments are not valid JSON ({e.msg}); pass an object like '{{\"x\": 1}}'") from None
     result = asyncio.run(execute(tools[args.name], arguments))
+    from agentrt.app.terminal import printable
+
     if result.error is not None:
-        print(f"error: {result.error}", file=sys.stderr)
+        print(printable(f"error: {result.error}"), file=sys.stderr)
         return 1
-    print(result.output)
+    print(printable(result.output))  # a tool's output (a page, a program's print): shown, not obeyed
     return 0
 
 
@@ -103,12 +105,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
     finally:
         if isinstance(backend, Closable):
             backend.close()
+    from agentrt.app.terminal import printable
+
     if args.json:
         print(json.dumps({"answer": result.answer, "stopped": result.stopped, "steps": result.steps,
                           "errors": result.errors, "calls": result.calls}, ensure_ascii=False))
     else:
-        print(result.answer)
+        print(printable(result.answer))
         for c in result.calls:
-            print(f"[tool {c['name']} {json.dumps(c['args'])} -> {c['error'] or c['result']}]", file=sys.stderr)
+            print(printable(f"[tool {c['name']} {json.dumps(c['args'])} -> {c['error'] or c['result']}]"),
+                  file=sys.stderr)
         print(f"[stopped={result.stopped} steps={result.steps} errors={result.errors}]", file=sys.stderr)
     return 0

@@ -11,7 +11,9 @@ OpenAI's ``{"error": {"message", "type", "param", "code"}}``, never a 500; a 500
 The door (``create_app`` options, ``agentrt serve`` flags): ``api_key`` (every path but ``/healthz``
 needs ``Authorization: Bearer KEY``, else 401), ``max_budget`` (a request's budget above it is a 400;
 a request without one gets at most that), ``request_timeout`` (a run that takes longer is cancelled,
-saved as cancelled, and answered 504), ``max_body``, ``max_concurrency``; ``served_model_names``.
+saved as cancelled, and answered 504), ``max_body``, ``max_concurrency``; ``served_model_names``;
+``host`` (the bind address) and ``allowed_origins``: what a browser may reach (``server.guard``: Host/Origin
+checks, JSON content type, header caps, read timeouts; ``server.specs``: no request names a server file).
 """
 
 from __future__ import annotations
@@ -30,14 +32,19 @@ try:
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from agentrt.app.server.door import ApiKeyGate, BadBody, error_response, parse_body
+    from agentrt.app.server.guard import guard_door
 except ImportError as e:  # pragma: no cover - depends on the install
     raise missing_extra("fastapi", "server") from e
 
+from agentrt.app.server.fields import take_vllm_fields
+from agentrt.app.server.latency import DecodeSpeed, route_headers
 from agentrt.app.server.request import ChatRequest, RequestError, plan_run
 from agentrt.core.request import RunHooks, explain
 from agentrt.core.protocols import Tokenized
 from agentrt.app.server.response import completion
-from agentrt.app.server.stream import sse, timeout_message
+from agentrt.app.server import responses  # POST /v1/responses: OpenAI's Responses API over the chat path
+from agentrt.app.server import endpoints  # completions, embeddings, (de)tokenize, health, version, metrics
+from agentrt.app.server.stream import RouteKnown, sse, timeout_message
 
 if TYPE_CHECKING:
     from agentrt.app.agent import Agent
@@ -55,16 +62,26 @@ def served_names(agent: Agent, names: list[str] | None = None) -> list[str]:
 
 def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrency: int = 64, api_key: str | None = None,
                max_budget: int | None = None, request_timeout: float | None = None,
-               served_model_names: list[str] | None = None) -> FastAPI:
+               served_model_names: list[str] | None = None, host: str | None = None,
+               allowed_origins: list[str] | None = None, default_route: str | None = None,
+               max_model_len: int | None = None) -> FastAPI:
     """The ASGI app serving ``agent``; ``max_body`` bytes per request, ``max_concurrency`` runs at once;
     ``api_key``, ``max_budget``, ``request_timeout``: the door; ``served_model_names``: the names
-    ``/v1/models`` lists and requests may ask for (default: ``agentrt`` and the policy's name)."""
+    ``/v1/models`` lists and requests may ask for (default: ``agentrt`` and the policy's name);
+    ``default_route``: the route of a request that names none (None: the router decides);
+    ``max_model_len``: a prompt plus ``max_tokens`` beyond it is a 400 (default: the model's context)."""
     app = FastAPI(title="agentrt", version="0.1.0", docs_url=None, redoc_url=None)
     slots = asyncio.Semaphore(max_concurrency)
     names = served_names(agent, served_model_names)
     tokenizer = agent.policy.tokenizer if isinstance(agent.policy, Tokenized) else None  # names logprobs' tokens
+    speed = DecodeSpeed()  # for max_latency_s (server.latency)
+    context_cap = max_model_len or agent.policy.context_length
     if api_key:
         app.add_middleware(ApiKeyGate, key=api_key)
+    guard_door(app, host, allowed_origins)  # outside the key: CORS preflights, Host/Origin/content type, disconnects
+    # outermost: /metrics counts every response; the routes below run on the agent it returns (runs counted)
+    agent = endpoints.register(app, agent, names=names, slots=slots, max_body=max_body, max_budget=max_budget,
+                               request_timeout=request_timeout, max_model_len=context_cap)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -84,7 +101,8 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "agentrt",
                                             "root": agent.policy.name, "policy": agent.policy.name,
-                                            "max_model_len": agent.policy.context_length} for name in names]}
+                                            "max_model_len": context_cap} for name in names]
+                + endpoints.embedding_models()}
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> Any:
@@ -125,6 +143,10 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
         if not isinstance(data, dict):
             return _error(400, "the body must be a JSON object")
         try:
+            ignored = take_vllm_fields(data)  # vLLM's extras: honoured by ChatRequest, or warned; images: a 400
+        except RequestError as e:
+            return _error(e.status, str(e), param=e.param, code=e.code)
+        try:
             req = ChatRequest.model_validate(data)
         except ValidationError as e:
             message, where = explain(e, ChatRequest)  # the limits are RunRequest's (agentrt.core.request)
@@ -134,7 +156,17 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
             return _error(404, f"The model `{model}` does not exist; this server serves: {', '.join(names)}",
                           param="model", code="model_not_found")
         try:
-            plan = plan_run(req, agent, max_budget)  # in the loop: the tokenizer is not shared across threads
+            rate = await speed.measured(agent.policy) if req.max_latency_s is not None else None
+            plan = plan_run(req, agent, max_budget, default_route=default_route, tokens_per_s=rate)  # in the loop:
+            # the tokenizer is not shared across threads
+            plan.warnings[:0] = ignored
+            prompt = agent.policy.count_tokens(plan.request.messages())
+            wanted = prompt + (req.max_completion_tokens or req.max_tokens or 0)
+            if wanted > context_cap:
+                return _error(400, f"This model's maximum context length is {context_cap} tokens (--max-model-len); "
+                                   f"this request asks for {wanted} ({prompt} in the messages, "
+                                   f"{wanted - prompt} for the completion): shorten the messages or max_tokens",
+                              param="messages", code="context_length_exceeded")
         except RequestError as e:
             return _error(e.status, str(e), param=e.param, code=e.code)
         except UserError as e:
@@ -143,8 +175,10 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
             return _error(502, str(e), kind="backend_error")
         created = int(time.time())
         if req.stream:
-            return StreamingResponse(sse(agent, slots, plan, req, model, created, request_timeout, tokenizer),
-                                     media_type="text/event-stream")
+            stream = sse(agent, slots, plan, req, model, created, request_timeout, tokenizer)
+            head, known = await _until_route(stream)  # the route goes in the headers, before any chunk
+            headers = route_headers(known.route, known.reason) if known else {}
+            return StreamingResponse(_rest(head, stream), media_type="text/event-stream", headers=headers)
         started: list[str] = []
         timer = asyncio.timeout(request_timeout)
         try:
@@ -159,9 +193,32 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
             return _error(400, str(e))
         except BackendError as e:
             return _error(502, str(e), kind="backend_error")
-        return completion(result, plan, model, created, tokenizer)
+        speed.observe(result)
+        return JSONResponse(completion(result, plan, model, created, tokenizer),
+                            headers=route_headers(result.route, plan.route_reason or result.reason))
 
+    responses.register(app, agent, names=names, slots=slots, max_body=max_body, max_budget=max_budget,
+                       request_timeout=request_timeout, tokenizer=tokenizer, default_route=default_route)
     return app
+
+
+async def _until_route(stream: Any) -> tuple[list[str], RouteKnown | None]:
+    """The chunks ``stream`` makes until it says the run's route (all of them, if it never does)."""
+    head: list[str] = []
+    async for item in stream:
+        if isinstance(item, RouteKnown):
+            return head, item
+        head.append(item)
+    return head, None
+
+
+async def _rest(head: list[str], stream: Any) -> Any:
+    """``head``, then the rest of ``stream``'s chunks (its later route notes are not sent)."""
+    for item in head:
+        yield item
+    async for item in stream:
+        if not isinstance(item, RouteKnown):
+            yield item
 
 
 def _run_id_into(started: list[str]) -> Any:
@@ -182,7 +239,10 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 8000, **app_options
     except ImportError as e:  # pragma: no cover
         raise missing_extra("uvicorn", "server") from e
     agent.policy  # noqa: B018 - load before accepting requests, so /healthz means ready
-    uvicorn.run(create_app(agent, **app_options), host=host, port=port, log_level="warning", access_log=False)
+    from agentrt.app.server.guard import uvicorn_options
+
+    uvicorn.run(create_app(agent, host=host, **app_options), host=host, port=port, log_level="warning",
+                access_log=False, **uvicorn_options())
 
 
 __all__ = ["ChatRequest", "MODEL_ID", "create_app", "serve", "served_names"]

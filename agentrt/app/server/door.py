@@ -22,19 +22,29 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from agentrt.app.server.specs import request_router
+
 MAX_DEPTH = 64  # an OpenAI chat body nests 4 deep (body > messages > message > content part)
 MAX_INT_DIGITS = 20  # larger than any budget or token count; Python itself refuses > 4300 digits
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", "/health"})  # liveness probes send no key (vLLM leaves /health open too)
 
 _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.S)  # a JSON string (quotes never occur inside UTF-8 multibyte)
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _SIGNED = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 / -1 as signed bytes
 
 
+# OpenAI's ``code`` is a string: the default one for each status (a caller may name a more precise one)
+STATUS_CODES = {400: "invalid_request", 401: "invalid_api_key", 403: "forbidden", 404: "not_found",
+                405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type",
+                422: "invalid_request", 429: "rate_limit_exceeded", 431: "headers_too_large",
+                500: "internal_error", 502: "backend_error", 503: "unavailable", 504: "timeout"}
+
+
 def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-                   code: str | int | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
-    """OpenAI's error shape; ``code`` defaults to the status."""
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status if code is None else code}}
+                   code: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    """OpenAI's error shape; ``code`` (a string, as OpenAI's) defaults to the status's name in STATUS_CODES."""
+    code = code or STATUS_CODES.get(status, f"http_{status}")
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -88,6 +98,9 @@ def parse_body(raw: bytes) -> Any:
         shown = where or "(the body)"
         raise BadBody(f"the text at '{shown}' is not valid Unicode (it holds a lone surrogate escape such as "
                       "\\ud800); send UTF-8 text", param=where or None)
+    refused = request_router(value.get("router")) if isinstance(value, dict) else None
+    if refused:  # every endpoint's body comes through here: no request names a server-side file
+        raise BadBody(refused, param="router")
     return value
 
 

@@ -17,6 +17,12 @@ The mapping (docs/server.md, "OpenAI fields"):
   ``direct`` or ``reason`` (``extra_body={"route": ...}``); the router is not asked. ``tool_choice``
   ``"required"`` or a named function decodes under a JSON schema of the allowed calls (grammar backend);
   ``"auto"`` describes the tools in the system prompt and parses what the model says.
+* vLLM's ``top_k``, ``min_p``, ``repetition_penalty`` shape the answer calls too; its other fields are
+  taken out before validation, with a warning (``server.fields``). ``parallel_tool_calls``: false keeps
+  the first call; true lets a forced reply be a list of calls.
+* The route: the request's, else the server's default (``--route``; not when the request names a
+  ``router``), else the rules above, else the router's; ``RunPlan.route_reason`` says which (headers).
+  ``max_latency_s`` caps the budget at the prompt plus that many seconds of measured decoding.
 * A request without ``budget`` gets the server's default budget, raised to half of it beyond the
   prompt when the conversation is long (a drop-in client cannot know agentrt's budget); the whole
   conversation is kept. With an explicit ``budget`` the older turns that do not fit half of it are
@@ -90,6 +96,8 @@ class ChatMessage(_Model):
 class StreamOptions(_Model):
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM's; accepted, usage comes once at the end
+    include_agentrt_events: bool = False  # agentrt's: its run events as ``choices: []`` chunks
+    include_obfuscation: bool | None = None  # OpenAI's padding of stream chunks; accepted, none is added
 
 
 class FunctionDef(_Model):
@@ -136,6 +144,9 @@ class ChatRequest(_Model):
     stream_options: StreamOptions | None = None
     temperature: float | None = field_of(RunRequest, "temperature")
     top_p: float | None = field_of(AnswerOptions, "top_p")
+    top_k: int | None = field_of(AnswerOptions, "top_k")  # vLLM's sampling fields the backends honour
+    min_p: float | None = field_of(AnswerOptions, "min_p")
+    repetition_penalty: float | None = field_of(AnswerOptions, "repetition_penalty")
     max_tokens: int | None = field_of(AnswerOptions, "max_tokens")
     max_completion_tokens: int | None = field_of(AnswerOptions, "max_tokens")
     n: int = field_of(AnswerOptions, "n")
@@ -144,7 +155,7 @@ class ChatRequest(_Model):
     response_format: ResponseFormat | None = None
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None  # accepted; one call per turn is made
+    parallel_tool_calls: bool | None = None  # false: at most one tool call per turn (response.tool_calls)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
@@ -160,6 +171,7 @@ class ChatRequest(_Model):
     router: str | None = field_of(RunRequest, "router")
     samples: int = field_of(AnswerOptions, "samples")  # the reason route's parallel samples (majority vote)
     thinking_cap: int | None = field_of(AnswerOptions, "thinking_cap")  # the reason route's tokens of thought
+    max_latency_s: float | None = Field(default=None, gt=0, le=86400)  # caps the budget (plan_run's _latency_cap)
 
 
 @dataclass
@@ -172,6 +184,9 @@ class RunPlan:
     n: int = 1
     logprobs: bool = False
     top_logprobs: int = 0
+    parallel_tool_calls: bool = True
+    route_reason: str = ""  # why the route is fixed before the run (empty: the router decides)
+    warnings: list[str] = field(default_factory=list)  # fields accepted but ignored, a budget capped
 
 
 def conversation(req: ChatRequest) -> tuple[str, list[Message], str]:
@@ -235,12 +250,14 @@ def call_schema(tools: list[FunctionDef]) -> dict[str, Any]:
     return options[0] if len(options) == 1 else {"anyOf": options}
 
 
-def tools_prompt(tools: list[FunctionDef], forced: bool) -> str:
-    """The system text that offers the client's tools to the model."""
+def tools_prompt(tools: list[FunctionDef], forced: bool, several: bool = False) -> str:
+    """The system text that offers the client's tools to the model (``several``: a forced reply is a list
+    of calls, for ``parallel_tool_calls: true``)."""
     lines = "\n".join(json.dumps({"name": t.name, "description": t.description,
                                   "parameters": t.parameters or {"type": "object"}}, ensure_ascii=False)
                       for t in tools)
-    how = ("Reply with exactly one JSON object that calls one of them" if forced else
+    how = ("Reply with a JSON list of one or more calls, each an object" if forced and several else
+           "Reply with exactly one JSON object that calls one of them" if forced else
            "To call one, reply with exactly one JSON object and nothing else")
     return (f"You can call these tools:\n{lines}\n{how}: {{\"name\": <tool name>, \"arguments\": {{...}}}}."
             + ("" if forced else " Otherwise answer the user in plain text.")
@@ -273,8 +290,11 @@ def response_schema(fmt: ResponseFormat | None) -> dict[str, Any] | None:
     return fmt.json_schema.schema_
 
 
-def plan_run(req: ChatRequest, agent: Runner, max_budget: int | None) -> RunPlan:
-    """``req`` as one agent run (see the module docstring), or ``RequestError``."""
+def plan_run(req: ChatRequest, agent: Runner, max_budget: int | None, *, default_route: str | None = None,
+             tokens_per_s: float | None = None) -> RunPlan:
+    """``req`` as one agent run (see the module docstring), or ``RequestError``. ``default_route``: the
+    server's (``--route``) for a request that names none; ``tokens_per_s``: the measured decode speed that
+    turns ``max_latency_s`` into a budget cap."""
     for name in ("frequency_penalty", "presence_penalty"):
         if getattr(req, name):
             raise RequestError(f"{name} is not supported by agentrt's backends; leave it out or send 0", name)
@@ -288,13 +308,19 @@ def plan_run(req: ChatRequest, agent: Runner, max_budget: int | None) -> RunPlan
         raise RequestError("send either tools or a JSON response_format, not both", "response_format")
     if forced:
         schema = call_schema(tools)
+        if req.parallel_tool_calls:  # asked for explicitly: the model may make several calls in this turn
+            schema = {"type": "array", "items": schema, "minItems": 1}
         check_schema(schema, "tools")
     shaped = bool(tools) or schema is not None or req.n > 1
-    route = req.route
+    route, why = req.route, "the request's route" if req.route else ""
+    # the server's default route, unless the request names a route or a router (it asks to be routed)
+    if (route is None and req.router is None and default_route is not None
+            and (not shaped or default_route in SHAPED_ROUTES)):
+        route, why = default_route, f"the server's default route (--route {default_route})"
     if shaped:
         what = "tools" if tools else "response_format" if schema is not None else "n"
         if route is None:
-            route = "direct"
+            route, why = "direct", f"one answer call must honour the request's {what}"
         elif route not in SHAPED_ROUTES:
             raise RequestError(f"{what} needs a route with one answer call ({' or '.join(SHAPED_ROUTES)}); the "
                                f"request asks for route {route!r}", "route")
@@ -302,10 +328,15 @@ def plan_run(req: ChatRequest, agent: Runner, max_budget: int | None) -> RunPlan
             raise RequestError("n > 1 and samples > 1 cannot be combined; use one of them", "n")
     elif route is None and (req.max_completion_tokens or req.max_tokens):
         route = "direct"  # OpenAI's cap bounds every generated token: only direct makes nothing but the answer
+        why = "max_tokens bounds every generated token: only direct makes nothing but the answer"
     question, history, system = conversation(req)
     if tools:
-        system = "\n\n".join(s for s in (system, tools_prompt(tools, forced)) if s)
+        system = "\n\n".join(s for s in (system, tools_prompt(tools, forced, bool(req.parallel_tool_calls))) if s)
     budget = _budget(req, agent, max_budget, history, system, question)
+    warnings = []
+    if req.max_latency_s is not None:
+        budget, note = _latency_cap(req.max_latency_s, tokens_per_s, budget, agent, history, system, question)
+        warnings += [note] if note else []
     if req.budget is not None:  # the older turns that do not fit half of it are dropped, as in Agent.session
         history = newest_that_fit([[m] for m in history], agent.policy.count_tokens, budget // 2)
     # OpenAI's seed is any 64-bit integer; the runs derive per-call seeds from it, kept in torch's range
@@ -315,12 +346,39 @@ def plan_run(req: ChatRequest, agent: Runner, max_budget: int | None) -> RunPlan
             "question": question, "history": history, "system": system or None, "budget": budget, "route": route,
             "router": req.router, "temperature": req.temperature, "seed": seed,
             "answer": {"samples": req.samples, "thinking_cap": req.thinking_cap, "max_tokens": req.max_completion_tokens or req.max_tokens,
-                       "top_p": req.top_p, "n": req.n, "json_schema": schema, "stop": req.stop}})
+                       "top_p": req.top_p, "n": req.n, "json_schema": schema, "stop": req.stop, "top_k": req.top_k,
+                       "min_p": req.min_p, "repetition_penalty": req.repetition_penalty}})
     except InputError as e:
         where = getattr(e, "param", None) or ""
         raise RequestError(str(e), "messages" if where.split(".")[0] in ("question", "history", "system")
                            else where.removeprefix("answer.") or None) from None
-    return RunPlan(run, tools, forced, req.n, req.logprobs, req.top_logprobs or 0)
+    return RunPlan(run, tools, forced, req.n, req.logprobs, req.top_logprobs or 0,
+                   parallel_tool_calls=req.parallel_tool_calls is not False, route_reason=why, warnings=warnings)
+
+
+# the fewest completion tokens a latency cap may leave: below it no route can say anything useful
+MIN_LATENCY_TOKENS = 16
+
+
+def _latency_cap(limit: float, tokens_per_s: float | None, budget: int, agent: Runner, history: list[Message],
+                 system: str, question: str) -> tuple[int, str | None]:
+    """The budget under ``max_latency_s``: the prompt plus ``limit`` x the measured decode tokens/s
+    (docs/server.md, "Predictable latency"); the router then only picks routes whose expected tokens
+    fit it, and no call generates past it. A cap that leaves under MIN_LATENCY_TOKENS is a 400."""
+    if not tokens_per_s:
+        return budget, "max_latency_s is ignored: no decode speed measured yet"
+    messages = ([Message("system", system)] if system else []) + history + [Message("user", question)]
+    prompt = agent.policy.count_tokens(messages)
+    allowance = int(limit * tokens_per_s)
+    if allowance < MIN_LATENCY_TOKENS:
+        need = MIN_LATENCY_TOKENS / tokens_per_s
+        raise RequestError(f"max_latency_s {limit:g} leaves {allowance} tokens at this server's measured "
+                           f"{tokens_per_s:.1f} tokens/s; no route answers in under {MIN_LATENCY_TOKENS} tokens: "
+                           f"ask for at least {need:.2f} s", "max_latency_s", code="max_latency_unreachable")
+    capped = min(budget, prompt + allowance)
+    note = (f"max_latency_s {limit:g} capped the budget to {capped} tokens ({allowance} beyond the prompt at "
+            f"{tokens_per_s:.1f} tokens/s)") if capped < budget else None
+    return capped, note
 
 
 def _budget(req: ChatRequest, agent: Runner, max_budget: int | None, history: list[Message], system: str,

