@@ -144,7 +144,7 @@ def finish_bwrap_root(cfg, libc):
     size does not count) and make /dev read-only, then drop CAP_SYS_ADMIN, held for this only."""
     for path in ("/tmp", "/dev/shm"):
         _mount(libc, None, path, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, f"nr_inodes={cfg['max_files']}")
-    _mount(libc, None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
+    _mount(libc, None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     keep = (1 << CAP_SETUID | 1 << CAP_SETGID) if os.getuid() == 0 and cfg["bwrap_root"] else 0
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     data = (ctypes.c_uint32 * 6)(keep, keep, 0, 0, 0, 0)  # effective, permitted, inheritable (low words)

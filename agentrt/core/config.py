@@ -166,6 +166,10 @@ class Settings(BaseModel):
     # set (a `run` explores only when router_epsilon says so). Among the actions the router may choose (their
     # floors and the budget respected), the propensity logged, so served traffic is learnable off-policy.
     serve_explore: float = Field(default=0.05, ge=0.0, le=0.5)
+    # The decode speed (tokens/s) `agentrt serve` assumes for a request's max_latency_s before it has measured
+    # any run of its own: low on purpose (the embedded model on 2 busy CPU cores decodes ~10-20), so a cap
+    # errs toward fewer tokens; a GPU server can set its own figure. Measured runs replace it.
+    serve_decode_tokens_per_s: float = Field(default=8.0, gt=0.0, le=1e6)
     cascade_threshold: float = -0.8  # mean answer-token logprob below this -> escalate
     # What the cascade reads as the answer's confidence: logprob (mean answer-token logprob, vs
     # cascade_threshold), stated (the policy's stated confidence, vs cascade_stated_threshold; needs

@@ -94,10 +94,12 @@ def make_router(spec: str, settings: Settings, *, policy: Any = None, scorer: An
                   else _learned(str(entry.path), settings, cfg, fingerprint, entry.version))
         return _observed(router, entry, settings, cfg, fingerprint)
     if kind == "learned" and arg:
-        from pathlib import Path
+        import re
 
         version = ""
-        if not Path(arg).exists() and (arg.startswith("r") or arg.startswith("shipped:")):
+        # a registry version (r003, shipped:NAME) is looked up in the registry, never as a file of the
+        # working directory: a server request may name one (app/server/specs.py), never a path
+        if re.fullmatch(r"r\d{1,9}|shipped:[A-Za-z0-9_.-]{1,64}", arg):
             from agentrt.router import registry
 
             version = arg

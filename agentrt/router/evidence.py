@@ -61,6 +61,9 @@ class Evidence:
 
     actions: dict[str, ActionSample]
     bandwidth: float
+    # the kernel reads the first ``dims`` inputs (the numeric features: a kind of question, not its words);
+    # None: every input, hashed words included (files written before this)
+    dims: int | None = None
     _dense: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)  # standardized samples, cached
 
     def standardized(self, action: str, mean: list[float], std: list[float]) -> Any:
@@ -74,17 +77,22 @@ class Evidence:
             for r, row in enumerate(rows):
                 for i, v in row.items():
                     X[r, i] = v
-            self._dense[key] = _standardize(X, mean, std)
+            self._dense[key] = _standardize(X, mean, std)[:, : self.dims]
         return self._dense[key]
 
     def to_json(self) -> dict[str, Any]:
-        return {"bandwidth": self.bandwidth, "actions": {a: s.to_json() for a, s in self.actions.items()}}
+        out: dict[str, Any] = {"bandwidth": self.bandwidth, "actions": {a: s.to_json() for a, s in self.actions.items()}}
+        if self.dims is not None:
+            out["dims"] = self.dims
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Evidence | None:
         if not data:
             return None
-        return cls({a: ActionSample.from_json(s) for a, s in data["actions"].items()}, float(data["bandwidth"]))
+        dims = data.get("dims")
+        return cls({a: ActionSample.from_json(s) for a, s in data["actions"].items()}, float(data["bandwidth"]),
+                   None if dims is None else int(dims))
 
 
 def _sparse(x: list[float]) -> dict[int, float]:
@@ -92,8 +100,9 @@ def _sparse(x: list[float]) -> dict[int, float]:
 
 
 def build(xs: list[list[float]], actions: list[str], mean: list[float], std: list[float], *, seed: int = 0,
-          size: int = SAMPLE_SIZE) -> Evidence:
-    """The evidence to store for a router fit on inputs ``xs`` (run i took ``actions[i]``)."""
+          size: int = SAMPLE_SIZE, dims: int | None = None) -> Evidence:
+    """The evidence to store for a router fit on inputs ``xs`` (run i took ``actions[i]``); the kernel reads
+    their first ``dims`` inputs (None: all)."""
     import random
 
     import numpy as np
@@ -110,11 +119,11 @@ def build(xs: list[list[float]], actions: list[str], mean: list[float], std: lis
     # bandwidth: median distance to the NEIGHBOURS-th nearest neighbour among all kept inputs (index 0 of a
     # sorted row is the input itself)
     kept = sorted(kept)
-    Z = _standardize(np.asarray([xs[i] for i in kept]), mean, std)
+    Z = _standardize(np.asarray([xs[i] for i in kept]), mean, std)[:, :dims]
     d2 = (Z ** 2).sum(1)[:, None] + (Z ** 2).sum(1)[None, :] - 2 * Z @ Z.T
     k = min(NEIGHBOURS, len(kept) - 1)
     h = float(np.median(np.sqrt(np.maximum(np.sort(d2, axis=1)[:, k], 0.0)))) if k > 0 else 1.0
-    return Evidence(samples, round(max(h, MIN_BANDWIDTH), 4))
+    return Evidence(samples, round(max(h, MIN_BANDWIDTH), 4), dims)
 
 
 def _standardize(X: Any, mean: list[float], std: list[float]) -> Any:
@@ -127,7 +136,7 @@ def effective_sizes(evidence: Evidence, x: list[float], mean: list[float], std: 
     """ess per action for input ``x`` (the kernel estimate over the stored samples)."""
     import numpy as np
 
-    z = _standardize(np.asarray(x, dtype=float), mean, std)
+    z = _standardize(np.asarray(x, dtype=float), mean, std)[: evidence.dims]
     out = {}
     for a, s in evidence.actions.items():
         if not s.rows:

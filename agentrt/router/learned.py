@@ -152,7 +152,8 @@ def _widen_evidence(evidence: ev.Evidence, features: list[str]) -> ev.Evidence:
         return new[features[i]] if i < k else i + shift
 
     return ev.Evidence({a: ev.ActionSample(s.runs, [{move(i): v for i, v in row.items()} for row in s.rows])
-                        for a, s in evidence.actions.items()}, evidence.bandwidth)
+                        for a, s in evidence.actions.items()}, evidence.bandwidth,
+                       None if evidence.dims is None else len(NUMERIC_FEATURES) if evidence.dims == k else evidence.dims)
 
 
 # Abstain and ask succeed only on questions that cannot (or should not) be answered, so their p_success is

@@ -46,6 +46,8 @@ TEMPERATURES = (0.5, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0)  # calibration: l
 # before its p_success means anything; and the out-of-fold report (ECE, policy value) is over questions.
 MIN_RUNS_PER_ACTION = 30
 MIN_QUESTIONS = 20
+# the evidence kernel's inputs (agentrt.router.evidence): None = all, hashed words included
+EVIDENCE_DIMS: int | None = None
 
 
 @dataclass
@@ -114,8 +116,8 @@ def load_examples(paths: list[str | Path], *, strict: bool = False, read_report:
         if read_report is not None:
             read_report.absorb(read)
         for rec in read.records:
-            if rec.reward is None or rec.status == "failed":
-                continue
+            if rec.reward is None or rec.status == "failed" or (rec.metadata or {}).get("endpoint") == "completions":
+                continue  # a /v1/completions call (agentrt.app.server.run) decided no route: nothing to learn
             decision = next((s for s in rec.steps if s.get("kind") == "route_decision"), None)
             probs = dict(decision.get("probabilities") or {}) if decision else {}
             if not probs.get(rec.route):
@@ -350,7 +352,7 @@ def _fit_routers(rows: list[Example], lam: float, strengths: list[Strength] | li
     took = {a: np.asarray([e.action == a for e in rows]) for a in names}
     tok = {a: _ridge(Z[took[a]], log_tokens[took[a]], weights[took[a]], _penalty(Z.shape[1], TOKENS_L2)) for a in names}
     # what each success model was fit on, so the router can say how many runs resemble a question
-    sample = evidence.build([e.x for e in rows], [e.action for e in rows], mean, std)
+    sample = evidence.build([e.x for e in rows], [e.action for e in rows], mean, std, dims=EVIDENCE_DIMS)
     routers = []
     for l2 in strengths:
         actions = {}

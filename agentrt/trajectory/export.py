@@ -347,6 +347,9 @@ FORMATS: dict[str, Callable[..., list[dict]]] = {
 # Prompt rows carry the question and its ground truth, never the model's answer: a run that found no answer
 # is still a prompt to train on (often the most useful one), so these formats keep it.
 PROMPT_ONLY = ("verl", "trl-prompts")
+# The formats that read a /v1/completions record sanely (its prompt and completion token ids, or one flat row);
+# the others are chats or prompts for a chat template, which a raw-text continuation is not.
+RAW_TEXT_OK = ("verl-tokens", "triplets", "parquet")
 
 
 def failed_reason(record: TrajectoryRecord) -> str | None:
@@ -377,6 +380,9 @@ def export(records: list[TrajectoryRecord], fmt: str, out: str | Path, *, min_gr
     report = ExportReport(fmt, str(out), runs=len(records))
     valid = []
     for r in records:
+        if (r.metadata or {}).get("endpoint") == "completions" and fmt not in RAW_TEXT_OK:
+            report.skip("a /v1/completions call: raw text, no chat or route")  # the server's, no chat template
+            continue
         why = None if include_failed or fmt in PROMPT_ONLY else failed_reason(r)
         if why is not None:  # no answer is no example: the router and the policy would learn from junk
             report.skip(f"failed run: {why}")

@@ -47,7 +47,7 @@ def record_feedback(directory: str | Path, run_id: str, *, reward: float | None 
     score, correct = verdict(reward, correct)
     directory = Path(directory)
     run_id = str(run_id or "").strip()
-    for prefix in ("chatcmpl-", "resp_"):  # the server's response ids are the run id behind these prefixes
+    for prefix in ("chatcmpl-", "cmpl-", "resp_"):  # the server's response ids are the run id behind these prefixes
         run_id = run_id.removeprefix(prefix)
     if not run_id or not directory.is_dir() or find_record(directory, run_id) is None:
         raise InputError(f"no run {run_id!r} in {directory}; give the run id that `agentrt run --json` "

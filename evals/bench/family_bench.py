@@ -147,8 +147,15 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=100, help="questions a user learns on (at most 100)")
     ap.add_argument("--n", nargs="+", type=int, default=[25, 50, 100], help="learn on the first N of them")
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
+    ap.add_argument("--evidence", choices=("numeric", "all"), help="the evidence kernel's inputs (default: the "
+                    "trainer's): the numeric features only, or the hashed words too")
     ap.add_argument("--out", default="family.json")
     args = ap.parse_args()
+    if args.evidence:
+        from agentrt.router.features import NUMERIC_FEATURES
+        from agentrt.train import router as trainer
+
+        trainer.EVIDENCE_DIMS = len(NUMERIC_FEATURES) if args.evidence == "numeric" else None
 
     from agentrt.core.config import Settings
     from agentrt.router import registry

@@ -19,7 +19,7 @@ from agentrt.core.config import Settings
 from agentrt.core.errors import InputError
 from agentrt.router import extract, registry
 from agentrt.router.learned import LearnedRouter, RouterModel
-from agentrt.router.features import NUMERIC_FEATURES
+from agentrt.router.features import NUMERIC_FEATURES, vectorize
 from agentrt.train.router import load_examples, train_router
 from agentrt.trajectory import RewardBreakdown, TaskInfo, TrajectoryRecord, TrajectoryWriter, new_run_id, read_trajectories
 
@@ -87,6 +87,27 @@ def test_train_metrics_report_ece_apart_for_calibrated_and_insufficient_runs(tra
     assert set(by) == {"calibrated", "insufficient_evidence"}
     assert by["calibrated"]["n"] + by["insufficient_evidence"]["n"] == trained.metrics["n"]
     assert by["calibrated"]["n"] > 0 and by["calibrated"]["ece"] is not None
+
+
+def test_evidence_on_the_numeric_features_reads_the_kind_of_question_not_its_words(tmp_path, monkeypatch):
+    """The kernel over the numeric features only (``train.router.EVIDENCE_DIMS``, the default): a question of a
+    kind the router was fit on counts its runs; one of another kind (code) has none."""
+    from agentrt.train import router as trainer
+
+    monkeypatch.setattr(trainer, "EVIDENCE_DIMS", len(NUMERIC_FEATURES))
+    model = train_router([_runs(tmp_path / "runs")], folds=2)
+    assert model.evidence is not None and model.evidence.dims == len(NUMERIC_FEATURES)
+    path = tmp_path / "r.json"
+    model.save(path)
+    loaded = RouterModel.load(path)
+    assert loaded.evidence is not None and loaded.evidence.dims == len(NUMERIC_FEATURES)
+    # numbers the training questions never had, the same kind (arithmetic): its runs count
+    q = "What is 41 * 48?"
+    near, method = loaded.effective_sizes(vectorize(extract(q), q))
+    assert method == "kernel" and near["reason"] >= 3 and near["direct"] >= 3
+    code = "```python\ndef f(x):\n    return x\n```\nWhy does this code fail? Explain step by step what changed."
+    far, _ = loaded.effective_sizes(vectorize(extract(code), code))
+    assert max(far.values()) < 3
 
 
 def test_a_file_without_a_sample_estimates_evidence_from_its_moments(trained, tmp_path):

@@ -184,3 +184,36 @@ def test_the_router_and_config_readers_take_only_small_regular_files(tmp_path):
             RouterModel.load(path)
     with pytest.raises(ConfigError, match="is not a regular file"):
         load_settings(fifo)
+
+
+INDEX_DRIVER = r"""
+import os, subprocess, sys
+home, agentrt, docs = sys.argv[1], sys.argv[2], sys.argv[3]
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", home], check=True)
+p = subprocess.run([agentrt, "index", docs, "--collection", "docs"], env=dict(os.environ, AGENTRT_HOME=home),
+                   capture_output=True, text=True)
+print(p.returncode)
+sys.stdout.write(p.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_indexing_onto_a_full_disk_says_full_not_damaged(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(40):  # ~270 chunks: more than a 600 KB disk holds
+        (docs / f"d{i}.txt").write_text(" ".join([f"word{i} lorem ipsum dolor sit amet"] * 200))
+    home = tmp_path / "home"
+    home.mkdir()
+    script = tmp_path / "driver.py"
+    script.write_text(INDEX_DRIVER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AGENTRT_HOME", None)
+    p = subprocess.run(["unshare", "-rm", sys.executable, str(script), str(home), AGENTRT, str(docs)],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rc, *stderr = p.stdout.splitlines()
+    failure = [line for line in stderr if line.startswith("agentrt:")]
+    assert rc == "1" and len(failure) == 1 and "Traceback" not in p.stdout, p.stdout[-3000:]
+    assert "is full" in failure[0] and "the store is not damaged" in failure[0]
+    assert "damaged or unreadable" not in failure[0] and "if the folder is damaged" not in failure[0]

@@ -291,3 +291,16 @@ def test_cors_is_on_only_for_the_allowed_origins(agentrt_home):
     assert other.status_code == 403 and "access-control-allow-origin" not in other.headers
     rebound = client.post("/v1/chat/completions", json=_chat(), headers={"Host": "evil.example"})
     assert rebound.status_code == 403
+
+
+def test_a_registry_version_is_never_read_from_the_working_directory(tmp_path, monkeypatch):
+    """``learned:r001`` names the registry's r001 even where the server's working directory holds a file so
+    named: the file is never opened (it is a FIFO: an open would block)."""
+    from agentrt.core.config import Settings
+    from agentrt.core.errors import InputError
+    from agentrt.router import make_router
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "r001")
+    with pytest.raises(InputError, match="no router version 'r001'"):
+        make_router("learned:r001", Settings(home=str(tmp_path / "home")))

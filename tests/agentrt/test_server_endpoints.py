@@ -23,11 +23,16 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def served(tmp_path_factory):
     home = tmp_path_factory.mktemp("endpoints-home")
     env = {**os.environ, "AGENTRT_HOME": str(home)}
     with running_server([AGENTRT, "serve", "--api-key", KEY], home, env, poll_s=0.5) as base:
-        yield base
+        yield base, home
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served[0]
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +78,42 @@ def test_completion_continues_the_raw_prompt_greedily(server, client):
     assert "".join(choice.logprobs.tokens) == choice.text
     assert all(lp <= 0 for lp in choice.logprobs.token_logprobs)
     assert [list(t) for t in choice.logprobs.top_logprobs] == [[t] for t in choice.logprobs.tokens]
+
+
+def test_a_completion_is_a_trajectory_that_learning_and_chat_exports_leave_out(served, client, tmp_path):
+    from agentrt.core.errors import InputError
+    from agentrt.train.router import load_examples
+    from agentrt.trajectory import TrajectoryWriter, read_trajectories
+    from agentrt.trajectory.export import export
+
+    server, home = served
+    done = client.completions.create(model="agentrt", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=1)
+    run_id = done.model_extra["agentrt"]["trajectory_id"]
+    assert done.id == f"cmpl-{run_id}"
+    # a user's verdict on it lands like any run's (the id the response carries)
+    verdict = httpx.post(f"{server}/v1/feedback", json={"id": done.id, "correct": True}, timeout=60,
+                         headers={"Authorization": f"Bearer {KEY}"})
+    assert verdict.status_code == 200, verdict.text
+    [record] = [r for r in read_trajectories(home / "trajectories", strict=True).records if r.run_id == run_id]
+    [call] = record.model_calls()
+    choice = done.choices[0]
+    assert record.metadata["endpoint"] == "completions" and record.status == "ok" and record.reward == 1.0
+    assert record.question == PROMPT == call.prompt and record.answer == choice.text == call.completions[0]
+    assert record.usage == call.usage == done.usage.model_dump(exclude_none=True)
+    count = _post(server, "/tokenize", {"prompt": PROMPT}).json()
+    assert call.prompt_token_ids == count["tokens"] and len(call.completion_token_ids[0]) == done.usage.completion_tokens
+    shown = choice.logprobs.token_logprobs  # the response leaves out a special token's (an end of text)
+    assert call.completion_logprobs[0][:len(shown)] == pytest.approx(shown, abs=1e-4)
+    assert call.params["max_tokens"] == 6 and call.params["top_k"] == 0
+    # no route was decided: the router does not learn from it, even rewarded; chat exports leave it out
+    alone = tmp_path / "alone"
+    TrajectoryWriter(alone).append(record)
+    with pytest.raises(InputError, match="no trajectories with rewards"):
+        load_examples([alone])
+    with pytest.raises(InputError, match="completions call"):
+        export([record], "openai", tmp_path / "chat.jsonl")
+    report = export([record], "triplets", tmp_path / "tokens.jsonl")  # its token ids are learnable as they are
+    assert report.rows == 1
 
 
 def test_completion_stream_sends_the_same_text_piece_by_piece(client):

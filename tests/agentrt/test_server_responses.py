@@ -21,12 +21,14 @@ AGENTRT = str(Path(sys.executable).parent / "agentrt")
 WEATHER = {"type": "function", "name": "get_weather", "description": "Get the current weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 FORCED = {"type": "function", "name": "get_weather"}
+ASSUMED_TOKENS_PER_S = 10
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("responses-home")
-    env = {**os.environ, "AGENTRT_HOME": str(home)}
+    # the decode speed max_latency_s goes by before this server has measured a run (the setting; default 8)
+    env = {**os.environ, "AGENTRT_HOME": str(home), "AGENTRT_SERVE_DECODE_TOKENS_PER_S": str(ASSUMED_TOKENS_PER_S)}
     with running_server([AGENTRT, "serve"], home, env, poll_s=0.5) as base:
         yield base, home
 
@@ -44,6 +46,62 @@ def _record(home: Path, run_id: str) -> dict:
 
 
 # -- the openai SDK ------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_max_latency_before_any_run_goes_by_the_assumed_speed_then_by_the_measured(server, client):
+    # first in this module on purpose: the server has measured no run yet (no probe call either)
+    _, home = server
+    first = client.responses.create(model="agentrt", input="Explain why the sky is blue.",
+                                    extra_body={"max_latency_s": 10, "route": "direct"})
+    extra = first.model_extra["agentrt"]
+    allowance = 10 * ASSUMED_TOKENS_PER_S
+    assumed = [w for w in extra["warnings"] if w.startswith("max_latency_s 10 capped the budget to")]
+    assert len(assumed) == 1 and f"({allowance} beyond the prompt at an assumed {ASSUMED_TOKENS_PER_S} tokens/s " \
+        "(the serve_decode_tokens_per_s setting: no run of this server has been measured yet))" in assumed[0]
+    record = _record(home, extra["trajectory_id"])
+    assert record["usage"]["total_tokens"] <= extra["budget"] == record["budget"]["total"]
+    # that run was measured: the next cap goes by the speed this server saw
+    second = client.responses.create(model="agentrt", input="Explain why the sky is blue.",
+                                     extra_body={"max_latency_s": 6, "route": "direct"})
+    warned = " ".join(second.model_extra["agentrt"]["warnings"])
+    assert "measured" in warned and "assumed" not in warned, warned
+    # a cap no route can meet is a 400 naming the field, as in chat
+    r = httpx.post(f"{server[0]}/v1/responses", json={"model": "agentrt", "input": "Hi", "max_latency_s": 0.01},
+                   timeout=120)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "max_latency_unreachable"
+    assert r.json()["error"]["param"] == "max_latency_s"
+
+
+@pytest.mark.slow
+def test_vllm_fields_are_honoured_or_warned_and_recorded(server, client):
+    _, home = server
+    resp = client.responses.create(model="agentrt", input="Name a colour.", max_output_tokens=8,
+                                   extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1,
+                                               "ignore_eos": True, "route": "direct"})
+    extra = resp.model_extra["agentrt"]
+    assert resp.status in ("completed", "incomplete")
+    assert any(w.startswith("ignore_eos is ignored") for w in extra["warnings"])
+    [call] = [s for s in _record(home, extra["trajectory_id"])["steps"] if s["kind"] == "model_call"]
+    assert (call["params"]["top_k"], call["params"]["min_p"], call["params"]["repetition_penalty"]) == (20, 0.05, 1.1)
+    r = httpx.post(f"{server[0]}/v1/responses", json={"model": "agentrt", "input": "Hi", "top_kk": 3}, timeout=120)
+    assert r.status_code == 400 and "top_kk" in r.json()["error"]["message"]
+
+
+@pytest.mark.slow
+def test_max_model_len_and_the_streamed_route_headers(server):
+    base, _ = server
+    r = httpx.post(f"{base}/v1/responses", json={"model": "agentrt", "input": "word " * 8300, "max_output_tokens": 8},
+                   timeout=120)
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["code"] == "context_length_exceeded" and error["param"] == "input"
+    assert "maximum context length is 8192 tokens" in error["message"]
+    with httpx.stream("POST", f"{base}/v1/responses", timeout=600, json={
+            "model": "agentrt", "input": "Name a color.", "stream": True, "max_output_tokens": 8,
+            "route": "direct"}) as r:
+        assert r.headers["x-agentrt-route"] == "direct" and r.headers["x-agentrt-route-reason"] == "the request's route"
+        text = "".join(r.iter_text())
+    assert "event: response.completed" in text or "event: response.incomplete" in text
+
 
 @pytest.mark.slow
 def test_create_returns_a_response_object(server, client):
@@ -282,7 +340,8 @@ def _events(frames: list[dict | str]) -> list[dict]:
             yield frame if isinstance(frame, str) else f"data: {json.dumps(frame)}\n\n"
 
     async def collect():
-        stream = ResponseStream(ResponsesRequest(input="Hi"), "agentrt", 0, lambda response, _reply: kept.append(response))
+        stream = ResponseStream(ResponsesRequest(input="Hi"), "agentrt", 0,
+                                lambda response, _reply: kept.append(response))
         return [json.loads(e.split("data: ", 1)[1]) async for e in stream.events(chunks())]
 
     kept: list = []

@@ -38,6 +38,7 @@ SETTINGS_SAMPLES = {
     "router_epsilon": ("0.1", 0.1),
     "router_min_evidence": ("5", 5.0),
     "serve_explore": ("0.1", 0.1),
+    "serve_decode_tokens_per_s": ("40", 40.0),
     "cascade_threshold": ("-1.5", -1.5),
     "cascade_signal": ("stated", "stated"),
     "cascade_stated_threshold": ("0.7", 0.7),

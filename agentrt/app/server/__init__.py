@@ -28,7 +28,7 @@ from agentrt.core.errors import AgentrtError, BackendError, UserError, missing_e
 
 try:
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from agentrt.app.server.door import ApiKeyGate, BadBody, error_response, parse_body
@@ -37,14 +37,15 @@ except ImportError as e:  # pragma: no cover - depends on the install
     raise missing_extra("fastapi", "server") from e
 
 from agentrt.app.server.fields import take_vllm_fields
-from agentrt.app.server.latency import DecodeSpeed, route_headers
-from agentrt.app.server.request import ChatRequest, RequestError, plan_run
-from agentrt.core.request import RunHooks, explain
+from agentrt.app.server.latency import DecodeSpeed, Measured, route_headers
+from agentrt.app.server.request import ChatRequest, RequestError
+from agentrt.app.server.run import error_for, plan_request, routed_stream, run_plan
+from agentrt.core.request import explain
 from agentrt.core.protocols import Tokenized
 from agentrt.app.server.response import completion
 from agentrt.app.server import responses  # POST /v1/responses: OpenAI's Responses API over the chat path
 from agentrt.app.server import endpoints  # completions, embeddings, (de)tokenize, health, version, metrics
-from agentrt.app.server.stream import RouteKnown, sse, timeout_message
+from agentrt.app.server.stream import sse
 
 if TYPE_CHECKING:
     from agentrt.app.agent import Agent
@@ -74,14 +75,16 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
     slots = asyncio.Semaphore(max_concurrency)
     names = served_names(agent, served_model_names)
     tokenizer = agent.policy.tokenizer if isinstance(agent.policy, Tokenized) else None  # names logprobs' tokens
-    speed = DecodeSpeed()  # for max_latency_s (server.latency)
+    speed = DecodeSpeed(agent.settings.serve_decode_tokens_per_s)  # for max_latency_s (server.latency)
     context_cap = max_model_len or agent.policy.context_length
     if api_key:
         app.add_middleware(ApiKeyGate, key=api_key)
     guard_door(app, host, allowed_origins)  # outside the key: CORS preflights, Host/Origin/content type, disconnects
     # outermost: /metrics counts every response; the routes below run on the agent it returns (runs counted)
-    agent = endpoints.register(app, agent, names=names, slots=slots, max_body=max_body, max_budget=max_budget,
-                               request_timeout=request_timeout, max_model_len=context_cap)
+    # and every run (streamed or not) measures the decode speed max_latency_s goes by
+    agent = Measured(endpoints.register(app, agent, names=names, slots=slots, max_body=max_body,
+                                        max_budget=max_budget, request_timeout=request_timeout,
+                                        max_model_len=context_cap), speed)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -156,80 +159,23 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
             return _error(404, f"The model `{model}` does not exist; this server serves: {', '.join(names)}",
                           param="model", code="model_not_found")
         try:
-            rate = await speed.measured(agent.policy) if req.max_latency_s is not None else None
-            plan = plan_run(req, agent, max_budget, default_route=default_route, tokens_per_s=rate)  # in the loop:
-            # the tokenizer is not shared across threads
-            plan.warnings[:0] = ignored
-            prompt = agent.policy.count_tokens(plan.request.messages())
-            wanted = prompt + (req.max_completion_tokens or req.max_tokens or 0)
-            if wanted > context_cap:
-                return _error(400, f"This model's maximum context length is {context_cap} tokens (--max-model-len); "
-                                   f"this request asks for {wanted} ({prompt} in the messages, "
-                                   f"{wanted - prompt} for the completion): shorten the messages or max_tokens",
-                              param="messages", code="context_length_exceeded")
-        except RequestError as e:
-            return _error(e.status, str(e), param=e.param, code=e.code)
-        except UserError as e:
-            return _error(400, str(e))
-        except BackendError as e:
-            return _error(502, str(e), kind="backend_error")
+            plan = plan_request(req, agent, max_budget=max_budget, default_route=default_route, speed=speed,
+                                context_cap=context_cap, warnings=ignored)
+        except (UserError, BackendError) as e:  # RequestError is a UserError
+            return error_for(e)
         created = int(time.time())
         if req.stream:
-            stream = sse(agent, slots, plan, req, model, created, request_timeout, tokenizer)
-            head, known = await _until_route(stream)  # the route goes in the headers, before any chunk
-            headers = route_headers(known.route, known.reason) if known else {}
-            return StreamingResponse(_rest(head, stream), media_type="text/event-stream", headers=headers)
-        started: list[str] = []
-        timer = asyncio.timeout(request_timeout)
-        try:
-            async with slots:
-                async with timer:
-                    result = await agent.run_request(plan.request, RunHooks(on_event=_run_id_into(started)))
-        except TimeoutError:
-            if not timer.expired():
-                raise  # a TimeoutError of the run's own: not ours to describe
-            return _error(504, timeout_message(request_timeout, started), kind="timeout", code="request_timeout")
-        except UserError as e:
-            return _error(400, str(e))
-        except BackendError as e:
-            return _error(502, str(e), kind="backend_error")
-        speed.observe(result)
+            return await routed_stream(sse(agent, slots, plan, req, model, created, request_timeout, tokenizer))
+        result = await run_plan(agent, slots, plan, request_timeout)
+        if isinstance(result, JSONResponse):
+            return result
         return JSONResponse(completion(result, plan, model, created, tokenizer),
                             headers=route_headers(result.route, plan.route_reason or result.reason))
 
     responses.register(app, agent, names=names, slots=slots, max_body=max_body, max_budget=max_budget,
-                       request_timeout=request_timeout, tokenizer=tokenizer, default_route=default_route)
+                       request_timeout=request_timeout, tokenizer=tokenizer, default_route=default_route,
+                       speed=speed, max_model_len=context_cap)
     return app
-
-
-async def _until_route(stream: Any) -> tuple[list[str], RouteKnown | None]:
-    """The chunks ``stream`` makes until it says the run's route (all of them, if it never does)."""
-    head: list[str] = []
-    async for item in stream:
-        if isinstance(item, RouteKnown):
-            return head, item
-        head.append(item)
-    return head, None
-
-
-async def _rest(head: list[str], stream: Any) -> Any:
-    """``head``, then the rest of ``stream``'s chunks (its later route notes are not sent)."""
-    for item in head:
-        yield item
-    async for item in stream:
-        if not isinstance(item, RouteKnown):
-            yield item
-
-
-def _run_id_into(started: list[str]) -> Any:
-    """An ``on_event`` hook that keeps the run id (for the 504 message of a run cut short)."""
-    from agentrt.app.streaming import RunStarted
-
-    def hook(event: Any) -> None:
-        if isinstance(event, RunStarted):
-            started.append(event.run_id)
-
-    return hook
 
 
 def serve(agent: Agent, host: str = "127.0.0.1", port: int = 8000, **app_options: Any) -> None:

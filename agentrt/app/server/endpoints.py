@@ -2,8 +2,8 @@
 ``/detokenize``, ``/health``, ``/version`` and ``/metrics`` (docs/server.md, one section each).
 
 * ``POST /v1/completions`` is a plain model completion: the prompt's tokens, no chat template, continued by
-  the policy backend (``Completer``); no router, no route, no trajectory (a completions client wants the
-  model). ``max_tokens`` (default 16, OpenAI's), ``temperature`` (default agentrt's, greedy), ``top_p``,
+  the policy backend (``Completer``); no router, no route (a completions client wants the model), but a
+  trajectory like every model call the server makes (``run.completion_record``; its id in ``agentrt``). ``max_tokens`` (default 16, OpenAI's), ``temperature`` (default agentrt's, greedy), ``top_p``,
   ``stop``, ``seed``, ``n``, ``stream`` (SSE ``text_completion`` chunks, ``[DONE]``), ``logprobs`` (k: each
   token's log-probability; its top list holds the sampled token only, as chat's ``top_logprobs``: the
   backends return nothing else). ``echo``, ``suffix``, ``best_of`` > ``n``, penalties and ``logit_bias`` are
@@ -34,6 +34,7 @@ from agentrt.app.server.door import BadBody, error_response, parse_body
 from agentrt.app.server.metrics import MeteredAgent, MetricsMiddleware, ServerMetrics
 from agentrt.app.server.request import ChatMessage, RequestError, StreamOptions
 from agentrt.app.server.response import token_logprobs
+from agentrt.app.server.run import record_completion
 from agentrt.app.server.stream import timeout_message
 from agentrt.core.errors import BackendError, UserError
 from agentrt.core.protocols import Completer, Tokenized
@@ -146,7 +147,9 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
 
     def served_paths() -> set[str]:
         if not paths:  # the routes are all registered before the first request
-            paths.update(getattr(r, "path", "") for r in app.routes)
+            from starlette.routing import Mount, Route, WebSocketRoute
+
+            paths.update(r.path for r in app.routes if isinstance(r, Route | Mount | WebSocketRoute))
         return paths
 
     app.add_middleware(MetricsMiddleware, metrics=metrics, paths=served_paths)
@@ -240,10 +243,16 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
                                             max_model_len or policy.context_length)
         except RequestError as e:
             return error_response(e.status, str(e), param=e.param, code=e.code)
-        model, created, cid = req.model or names[0], int(time.time()), f"cmpl-{secrets.token_hex(12)}"
+        run_id, started = secrets.token_hex(16), (time.time(), time.perf_counter())
+        model, created, cid = req.model or names[0], int(started[0]), f"cmpl-{run_id}"
+
+        async def record(done: Completion | None, status: str = "ok", error: str | None = None) -> None:
+            prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
+            await record_completion(agent, run_id, prompt, ids, params, done, started, status, error)
+
         if req.stream:
             return StreamingResponse(stream_completion(policy, ids, params, req, slots, request_timeout, metrics,
-                                                       (cid, created, model)), media_type="text/event-stream")
+                                                       (cid, created, model), record), media_type="text/event-stream")
         timer = asyncio.timeout(request_timeout)
         try:
             async with slots:
@@ -252,16 +261,19 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
         except TimeoutError:
             if not timer.expired():
                 raise
-            return error_response(504, timeout_message(request_timeout, []), kind="timeout", code="request_timeout")
+            await record(None, "cancelled", message := timeout_message(request_timeout, []))
+            return error_response(504, message, kind="timeout", code="request_timeout")
         except UserError as e:
             return error_response(400, str(e))
         except BackendError as e:
+            await record(None, "failed", str(e))
             return error_response(502, str(e), kind="backend_error")
         metrics.tokens(done.usage.prompt_tokens, done.usage.completion_tokens)
+        await record(done)
         choices = [{"index": i, "text": c.text, "finish_reason": _finish(c.finish_reason),
                     "logprobs": legacy_logprobs(done, i, req.logprobs, tok)} for i, c in enumerate(done.choices)]
         return {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": choices,
-                "usage": done.usage.to_dict()}
+                "usage": done.usage.to_dict(), "agentrt": {"trajectory_id": run_id}}
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Any:
@@ -379,8 +391,9 @@ def legacy_logprobs(done: Completion, i: int, k: int | None, tok: Any) -> dict[s
 
 async def stream_completion(policy: Completer, ids: list[int], params: GenParams, req: CompletionRequest,
                             slots: asyncio.Semaphore, timeout: float | None, metrics: ServerMetrics,
-                            head: tuple[str, int, str]) -> AsyncIterator[str]:
-    """SSE ``text_completion`` chunks as the backend writes each choice, the finishes, the usage, ``[DONE]``."""
+                            head: tuple[str, int, str], record: Any = None) -> AsyncIterator[str]:
+    """SSE ``text_completion`` chunks as the backend writes each choice, the finishes, the usage, ``[DONE]``;
+    ``record(done, status, error)`` saves the call's trajectory (``cancelled`` past the deadline, ``failed``)."""
     cid, created, model = head
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
@@ -406,6 +419,8 @@ async def stream_completion(policy: Completer, ids: list[int], params: GenParams
                 yield chunk([{"index": index, "text": text, "logprobs": None, "finish_reason": None}])
             done = task.result()
             metrics.tokens(done.usage.prompt_tokens, done.usage.completion_tokens)
+            if record is not None:
+                await record(done)
             for i, c in enumerate(done.choices):
                 streamed = sent.get(i, "")
                 rest = c.text[len(streamed):] if c.text.startswith(streamed) else ""
@@ -413,10 +428,14 @@ async def stream_completion(policy: Completer, ids: list[int], params: GenParams
             if req.stream_options and req.stream_options.include_usage:
                 yield chunk([], usage=done.usage.to_dict())
         except TimeoutError:
+            if record is not None:
+                await record(None, "cancelled", timeout_message(timeout, []))
             yield error(timeout_message(timeout, []), "timeout", "request_timeout")
         except UserError as e:
             yield error(str(e), "invalid_request_error", "invalid_request")
         except BackendError as e:
+            if record is not None:
+                await record(None, "failed", str(e))
             yield error(str(e), "backend_error", "backend_error")
         except Exception:  # noqa: BLE001 - the stream has begun: a bug is said in the stream's shape too
             logging.getLogger("agentrt.server").exception("a streamed completion failed")

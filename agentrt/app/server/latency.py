@@ -5,28 +5,28 @@
 generates, and the router only picks routes whose expected tokens fit the budget, so the cap bounds the
 run's decode time; prefill and tool time come on top (small next to decoding on the embedded model).
 
-``DecodeSpeed`` starts from one short greedy call (on the first request that needs it), then follows
-the runs the server answers: completion tokens / model-call seconds, an exponential moving average.
+``DecodeSpeed`` follows the runs the server answers, streamed or not (``Measured`` wraps the agent):
+completion tokens / model-call seconds, an exponential moving average. Before any run is measured it
+gives the ``serve_decode_tokens_per_s`` setting (a conservative guess) and says it is one, so no model
+call is ever made outside a run (a probe would have no budget and no trajectory).
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt.core.types import GenParams, Message
-
-PROBE_TOKENS = 16
 _WEIGHT = 0.2  # of each new run in the average: a few runs move it, one slow run does not
 
 
 @dataclass
 class DecodeSpeed:
-    """The policy's decode speed in tokens/s as this server has seen it (None until measured)."""
+    """The policy's decode speed in tokens/s as this server has seen it (None until measured);
+    ``default``: what ``rate`` gives before then (the ``serve_decode_tokens_per_s`` setting)."""
 
+    default: float = 8.0
     tokens_per_s: float | None = None
-    runs: int = 0  # how many observations the figure rests on (the probe counts as one)
+    runs: int = 0  # how many runs the figure rests on
 
     def observe(self, result: Any) -> None:
         """Fold one finished run's model calls (``Result.record`` steps) into the average."""
@@ -41,16 +41,24 @@ class DecodeSpeed:
         self.tokens_per_s = rate if self.tokens_per_s is None else (1 - _WEIGHT) * self.tokens_per_s + _WEIGHT * rate
         self.runs += 1
 
-    async def measured(self, policy: Any) -> float:
-        """The speed, measured first with one short greedy call when no run has been seen yet."""
-        if self.tokens_per_s is None:
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            completion = await policy.chat([Message("user", "Count from 1 to 20.")],
-                                           GenParams(max_tokens=PROBE_TOKENS, logprobs=False))
-            elapsed = loop.time() - started
-            self._add(max(1, completion.usage.completion_tokens) / max(elapsed, 1e-3))
-        return float(self.tokens_per_s or 0.0)
+    def rate(self) -> tuple[float, bool]:
+        """The speed in tokens/s and whether it was measured (False: ``default``, no run measured yet)."""
+        return (self.tokens_per_s, True) if self.tokens_per_s is not None else (self.default, False)
+
+
+class Measured:
+    """``agent`` with every finished run (streamed or not) observed by ``speed``; all else is the agent's."""
+
+    def __init__(self, agent: Any, speed: DecodeSpeed) -> None:
+        self._agent, self._speed = agent, speed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._agent, name)
+
+    async def run_request(self, req: Any, hooks: Any = None) -> Any:
+        result = await self._agent.run_request(req, hooks)
+        self._speed.observe(result)
+        return result
 
 
 def route_headers(route: str, reason: str) -> dict[str, str]:
@@ -62,4 +70,4 @@ def route_headers(route: str, reason: str) -> dict[str, str]:
     return {"x-agentrt-route": clean(route) or "none", "x-agentrt-route-reason": clean(reason)}
 
 
-__all__ = ["DecodeSpeed", "PROBE_TOKENS", "route_headers"]
+__all__ = ["DecodeSpeed", "Measured", "route_headers"]

@@ -291,10 +291,10 @@ def response_schema(fmt: ResponseFormat | None) -> dict[str, Any] | None:
 
 
 def plan_run(req: ChatRequest, agent: Runner, max_budget: int | None, *, default_route: str | None = None,
-             tokens_per_s: float | None = None) -> RunPlan:
+             tokens_per_s: tuple[float, bool] | None = None) -> RunPlan:
     """``req`` as one agent run (see the module docstring), or ``RequestError``. ``default_route``: the
-    server's (``--route``) for a request that names none; ``tokens_per_s``: the measured decode speed that
-    turns ``max_latency_s`` into a budget cap."""
+    server's (``--route``) for a request that names none; ``tokens_per_s``: the decode speed that turns
+    ``max_latency_s`` into a budget cap, and whether it was measured (``DecodeSpeed.rate``)."""
     for name in ("frequency_penalty", "presence_penalty"):
         if getattr(req, name):
             raise RequestError(f"{name} is not supported by agentrt's backends; leave it out or send 0", name)
@@ -360,24 +360,29 @@ def plan_run(req: ChatRequest, agent: Runner, max_budget: int | None, *, default
 MIN_LATENCY_TOKENS = 16
 
 
-def _latency_cap(limit: float, tokens_per_s: float | None, budget: int, agent: Runner, history: list[Message],
+def _latency_cap(limit: float, speed: tuple[float, bool] | None, budget: int, agent: Runner, history: list[Message],
                  system: str, question: str) -> tuple[int, str | None]:
-    """The budget under ``max_latency_s``: the prompt plus ``limit`` x the measured decode tokens/s
-    (docs/server.md, "Predictable latency"); the router then only picks routes whose expected tokens
-    fit it, and no call generates past it. A cap that leaves under MIN_LATENCY_TOKENS is a 400."""
-    if not tokens_per_s:
-        return budget, "max_latency_s is ignored: no decode speed measured yet"
+    """The budget under ``max_latency_s``: the prompt plus ``limit`` x the decode tokens/s (measured, else
+    the server's assumed figure; docs/server.md, "Predictable latency"); the router then only picks routes
+    whose expected tokens fit it, and no call generates past it. A cap under MIN_LATENCY_TOKENS is a 400."""
+    if not speed or speed[0] <= 0:
+        return budget, "max_latency_s is ignored: this server has no decode speed to go by"
+    tokens_per_s, measured = speed
+    basis = (f"this server's measured {tokens_per_s:.1f} tokens/s" if measured else
+             f"an assumed {tokens_per_s:g} tokens/s (the serve_decode_tokens_per_s setting: no run of this "
+             "server has been measured yet)")
     messages = ([Message("system", system)] if system else []) + history + [Message("user", question)]
     prompt = agent.policy.count_tokens(messages)
     allowance = int(limit * tokens_per_s)
     if allowance < MIN_LATENCY_TOKENS:
         need = MIN_LATENCY_TOKENS / tokens_per_s
-        raise RequestError(f"max_latency_s {limit:g} leaves {allowance} tokens at this server's measured "
-                           f"{tokens_per_s:.1f} tokens/s; no route answers in under {MIN_LATENCY_TOKENS} tokens: "
+        raise RequestError(f"max_latency_s {limit:g} leaves {allowance} tokens at {basis}; no route answers in under {MIN_LATENCY_TOKENS} tokens: "
                            f"ask for at least {need:.2f} s", "max_latency_s", code="max_latency_unreachable")
     capped = min(budget, prompt + allowance)
     note = (f"max_latency_s {limit:g} capped the budget to {capped} tokens ({allowance} beyond the prompt at "
-            f"{tokens_per_s:.1f} tokens/s)") if capped < budget else None
+            f"{basis})") if capped < budget else None
+    if note is None and not measured:
+        note = f"max_latency_s {limit:g} left the budget at {budget} tokens, going by {basis}"
     return capped, note
 
 

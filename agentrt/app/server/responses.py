@@ -22,18 +22,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from agentrt.app.server.door import error_response
 from agentrt.app.server.endpoints import read_json
-from agentrt.app.server.latency import route_headers
-from agentrt.app.server.request import ChatRequest, RequestError, plan_run
+from agentrt.app.server.fields import take_vllm_fields
+from agentrt.app.server.latency import DecodeSpeed, route_headers
+from agentrt.app.server.request import ChatRequest, RequestError
 from agentrt.app.server.response import completion
 from agentrt.app.server.responses_out import ResponseStream, from_completion
-from agentrt.app.server.stream import sse, timeout_message
+from agentrt.app.server.run import error_for, plan_request, routed_stream, run_plan
+from agentrt.app.server.stream import sse
 from agentrt.core.errors import BackendError, UserError
-from agentrt.core.request import AnswerOptions, RouteName, RunHooks, RunRequest, explain, field_of
+from agentrt.core.request import AnswerOptions, RouteName, RunRequest, explain, field_of
 
 if TYPE_CHECKING:
     from agentrt.app.agent import Agent
@@ -46,8 +48,10 @@ _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_t
 
 class ResponsesRequest(BaseModel):
     """The accepted body: OpenAI's Responses fields (those agentrt cannot honour are a 400 or accepted and
-    ignored, docs/server.md) plus agentrt's own (``extra_body``): ``budget``, ``route``, ``router``,
-    ``samples``, ``thinking_cap``, ``seed``. Unknown fields are a 400, as in chat."""
+    ignored, docs/server.md), vLLM's sampling extras chat honours (``top_k``, ``min_p``,
+    ``repetition_penalty``; its others are warned, ``fields.IGNORED``) and agentrt's own (``extra_body``):
+    ``budget``, ``route``, ``router``, ``samples``, ``thinking_cap``, ``seed``, ``max_latency_s``. Unknown
+    fields are a 400, as in chat."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +64,9 @@ class ResponsesRequest(BaseModel):
     max_output_tokens: int | None = field_of(AnswerOptions, "max_tokens")
     temperature: float | None = field_of(RunRequest, "temperature")
     top_p: float | None = field_of(AnswerOptions, "top_p")
+    top_k: int | None = field_of(AnswerOptions, "top_k")
+    min_p: float | None = field_of(AnswerOptions, "min_p")
+    repetition_penalty: float | None = field_of(AnswerOptions, "repetition_penalty")
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     include: list[str] | None = None
     text: dict[str, Any] | None = None
@@ -90,6 +97,11 @@ class ResponsesRequest(BaseModel):
     samples: int | None = field_of(AnswerOptions, "samples")
     thinking_cap: int | None = field_of(AnswerOptions, "thinking_cap")
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
+    max_latency_s: float | None = ChatRequest.model_fields["max_latency_s"]
+
+
+class _Body(RootModel[dict[str, Any]]):
+    """Any JSON object: the body before vLLM's ignored fields are taken out (``take_vllm_fields``)."""
 
 
 # -- the request: a Responses body as the chat request it means -----------------------------------------------------
@@ -223,7 +235,8 @@ def chat_body(req: ResponsesRequest, history: list[dict[str, Any]]) -> tuple[dic
             "tools": tools, "tool_choice": choice, "parallel_tool_calls": req.parallel_tool_calls,
             "response_format": _response_format(req.text), "logprobs": logprobs, "top_logprobs": req.top_logprobs,
             "metadata": req.metadata, "user": req.user, "budget": req.budget, "route": req.route, "router": req.router,
-            "samples": req.samples, "thinking_cap": req.thinking_cap, "seed": req.seed}
+            "samples": req.samples, "thinking_cap": req.thinking_cap, "seed": req.seed, "top_k": req.top_k,
+            "min_p": req.min_p, "repetition_penalty": req.repetition_penalty, "max_latency_s": req.max_latency_s}
     return {k: v for k, v in body.items() if v is not None}, messages
 
 
@@ -293,17 +306,29 @@ def _not_found(rid: str, param: str | None, ttl_s: float) -> JSONResponse:
 
 def register(app: FastAPI, agent: Agent, *, names: list[str], slots: asyncio.Semaphore, max_body: int,
              max_budget: int | None, request_timeout: float | None, tokenizer: Any = None,
-             default_route: str | None = None, store: ResponseStore | None = None) -> ResponseStore:
+             default_route: str | None = None, store: ResponseStore | None = None, speed: DecodeSpeed | None = None,
+             max_model_len: int | None = None) -> ResponseStore:
     """Add ``POST /v1/responses``, ``GET`` and ``DELETE /v1/responses/{id}`` to ``app`` (the chat endpoint's
-    limits: ``names``, ``slots``, ``max_body``, ``max_budget``, ``request_timeout``, ``default_route``);
-    returns the store behind ``previous_response_id``."""
+    limits: ``names``, ``slots``, ``max_body``, ``max_budget``, ``request_timeout``, ``default_route``, the
+    decode ``speed`` behind ``max_latency_s``, ``max_model_len``); returns the store behind
+    ``previous_response_id``."""
     store = store or ResponseStore()
+    speed = speed or DecodeSpeed(agent.settings.serve_decode_tokens_per_s)
 
     @app.post("/v1/responses")
     async def create_response(request: Request) -> Any:
-        req = await read_json(request, max_body, ResponsesRequest)  # the same door as /v1/completions
-        if isinstance(req, JSONResponse):
-            return req
+        raw = await read_json(request, max_body, _Body)  # the same door as /v1/completions
+        if isinstance(raw, JSONResponse):
+            return raw
+        data = raw.root
+        try:
+            vllm_warnings = take_vllm_fields(data)  # as chat: vLLM's extras honoured (declared) or warned
+            req = ResponsesRequest.model_validate(data)
+        except RequestError as e:
+            return error_for(e)
+        except ValidationError as e:
+            message, where = explain(e, ResponsesRequest)
+            return error_response(400, message, param=where)
         model = req.model or names[0]
         if model not in names:
             return error_response(404, f"The model `{model}` does not exist; this server serves: {', '.join(names)}",
@@ -317,28 +342,24 @@ def register(app: FastAPI, agent: Agent, *, names: list[str], slots: asyncio.Sem
         try:
             body, messages = chat_body(req, history)
             chat = ChatRequest.model_validate(body)
-            plan = plan_run(chat, agent, max_budget, default_route=default_route)
+            plan = plan_request(chat, agent, max_budget=max_budget, default_route=default_route, speed=speed,
+                                context_cap=max_model_len or agent.policy.context_length, warnings=vllm_warnings)
             plan.warnings += ignored(req)
         except ValidationError as e:
             message, where = explain(e, ChatRequest)
             return error_response(400, message, param=responses_param(where))
-        except RequestError as e:
-            return error_response(e.status, str(e), param=responses_param(e.param), code=e.code)
-        except UserError as e:
-            return error_response(400, str(e))
-        except BackendError as e:
-            return error_response(502, str(e), kind="backend_error")
+        except (UserError, BackendError) as e:  # RequestError is a UserError
+            return error_for(e, responses_param)
         created = int(time.time())
 
         def keep(response: dict[str, Any], reply: dict[str, Any]) -> None:
             if req.store is not False and response["status"] in ("completed", "incomplete"):
                 store.put(response["id"], [*messages, reply], response)
 
-        if req.stream:
-            chunks = sse(agent, slots, plan, chat, model, created, request_timeout, tokenizer)
-            events = ResponseStream(req, model, created, keep).events(chunks)
-            return StreamingResponse(events, media_type="text/event-stream")
-        result = await _run(agent, slots, plan, request_timeout)
+        if req.stream:  # the route in the headers, as chat's
+            return await routed_stream(sse(agent, slots, plan, chat, model, created, request_timeout, tokenizer),
+                                       ResponseStream(req, model, created, keep).events)
+        result = await run_plan(agent, slots, plan, request_timeout)
         if isinstance(result, JSONResponse):
             return result
         response, reply = from_completion(completion(result, plan, model, created, tokenizer), req, model)
@@ -357,27 +378,6 @@ def register(app: FastAPI, agent: Agent, *, names: list[str], slots: asyncio.Sem
         return {"id": rid, "object": "response", "deleted": True}
 
     return store
-
-
-async def _run(agent: Agent, slots: asyncio.Semaphore, plan: Any, timeout: float | None) -> Any:
-    """The run's Result, or the JSON error that says why there is none (as chat answers)."""
-    from agentrt.app.streaming import RunStarted
-
-    started: list[str] = []
-    timer = asyncio.timeout(timeout)
-    try:
-        async with slots:
-            async with timer:
-                return await agent.run_request(plan.request, RunHooks(
-                    on_event=lambda e: started.append(e.run_id) if isinstance(e, RunStarted) else None))
-    except TimeoutError:
-        if not timer.expired():
-            raise  # a TimeoutError of the run's own: not ours to describe
-        return error_response(504, timeout_message(timeout, started), kind="timeout", code="request_timeout")
-    except UserError as e:
-        return error_response(400, str(e))
-    except BackendError as e:
-        return error_response(502, str(e), kind="backend_error")
 
 
 __all__ = ["ResponseStore", "ResponsesRequest", "chat_body", "input_messages", "register", "responses_param"]

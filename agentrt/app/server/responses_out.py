@@ -95,17 +95,16 @@ def from_completion(cc: dict[str, Any], req: Any, model: str) -> tuple[dict[str,
         output.append(message_item(msg.get("content") or "", (choice.get("logprobs") or {}).get("content")))
     rid = "resp_" + cc["id"].removeprefix("chatcmpl-")
     return (response_object(rid, req, model, cc["created"], output, finish=choice["finish_reason"],
-                            usage=cc["usage"], agentrt=cc.get("agentrt")), _assistant(output))
+                            usage=cc["usage"], agentrt=cc.get("agentrt")), assistant_message(output))
 
 
-def _assistant(output: list[dict[str, Any]]) -> dict[str, Any]:
+def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
     """The chat message of a response's output (what a chained request's history holds)."""
     text = "".join(p["text"] for item in output if item["type"] == "message" for p in item["content"])
     calls = [{"id": item["call_id"], "type": "function",
               "function": {"name": item["name"], "arguments": item["arguments"]}}
              for item in output if item["type"] == "function_call"]
     return {"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})}
-
 
 
 class ResponseStream:
@@ -169,7 +168,7 @@ class ResponseStream:
                                                                        usage=self.usage, agentrt=self.agentrt))
             return
         response = self.response(finish=self.finish, usage=self.usage, agentrt=self.agentrt)
-        self.keep(response, _assistant(self.output))
+        self.keep(response, assistant_message(self.output))
         yield self.event(f"response.{response['status']}", response=response)
 
     def _choice(self, choice: dict[str, Any], payload: dict[str, Any]) -> list[str]:
@@ -257,5 +256,5 @@ class ResponseStream:
         return out
 
 
-__all__ = ["ResponseStream", "call_item", "from_completion", "message_item", "reasoning_item", "response_object",
-           "responses_usage"]
+__all__ = ["ResponseStream", "assistant_message", "call_item", "from_completion", "message_item", "reasoning_item",
+           "response_object", "responses_usage"]
