@@ -43,6 +43,7 @@ from agentrt.core.config import PlanSettings
 from agentrt.core.errors import BudgetExceeded, ConfigError, RunError, missing_extra
 from agentrt.core.events import Event, FanOut, PlanApproved, SearcherDone, SearcherFailed
 from agentrt.core.types import GenParams, Message
+from agentrt.routes._injection import guard_answer
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.routes.toolcall import run_tool_loop
 from agentrt.routes.index import open_corpus_for
@@ -240,6 +241,11 @@ class _Run:
             m = re.search(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)"', completion.text)
             answer = m[1] if m else self.ctx.best_answer
             cites = [i for i in ids if i in completion.text]
+        # the synthesis rule: not a claim found only in a passage's injected instruction (routes/_injection.py)
+        guarded = guard_answer(self.ctx, answer, [(i, p["text"]) for i, p in passages.items()],
+                               [f["answer"] for f in findings])
+        if guarded != answer:
+            answer, cites = guarded, [p["id"] for f in findings if f["answer"] == guarded for p in f["passages"]]
         if missing:
             answer = f"{answer} (incomplete: no findings for {', '.join(f['step'] for f in failed)})".strip()
         self.ctx.best_answer = answer or self.ctx.best_answer

@@ -25,6 +25,7 @@ from typing import Any
 from agentrt.core.errors import BudgetExceeded
 from agentrt.core.text import UNTRUSTED_NOTICE, quote_untrusted
 from agentrt.core.types import GenParams, Message
+from agentrt.routes._injection import guard_answer
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.routes.index import open_corpus_for
 from agentrt.routes.thinking import no_thinking, split_thought
@@ -80,18 +81,22 @@ def fit(ctx: RunContext, question: str, hits: list[dict[str, Any]]) -> tuple[lis
                          "tokens remain: raise the budget")
 
 
-async def search(ctx: RunContext, question: str) -> list[dict[str, Any]]:
-    """The top ``K`` hybrid hits as ``{id, title, text, score}`` dicts (a sync search runs in a thread)."""
+async def search(ctx: RunContext, question: str, searcher: Any = None) -> list[dict[str, Any]]:
+    """The top ``K`` hybrid hits as ``{id, title, text, score}`` dicts (a sync search runs in a thread);
+    ``searcher(query, k)`` (benchmarks, tests) returns such dicts itself."""
+    if searcher is not None:
+        return [dict(h) for h in list(searcher(question, K))[:K]]
     corpus = open_corpus_for(ctx.settings)
     raw = await asyncio.wait_for(asyncio.to_thread(corpus.search, question, K), SEARCH_TIMEOUT_S)
     return [{"id": str(h.id), "title": str(h.title or ""), "text": str(h.text or ""), "score": h.score}
             for h in list(raw)[:K]]
 
 
-async def run(ctx: RunContext, question: str) -> RouteOutput:
-    """Read the top passages and answer from them in one call, citing the passages used."""
+async def run(ctx: RunContext, question: str, *, searcher: Any = None) -> RouteOutput:
+    """Read the top passages and answer from them in one call, citing the passages used (``searcher``:
+    see ``search``)."""
     t0 = time.perf_counter()
-    hits = await search(ctx, question)
+    hits = await search(ctx, question, searcher)
     shown, chars, cut = [], PASSAGE_CHARS, None
     try:
         if hits:
@@ -112,7 +117,8 @@ async def run(ctx: RunContext, question: str) -> RouteOutput:
     completion = await ctx.call_model("answer", read_messages(ctx, question, shown, chars), params,
                                       min_tokens=MIN_ANSWER_TOKENS, thought=False)
     thought, answer = split_thought(completion.text)
-    answer = answer.strip()
+    # the synthesis rule: not a claim found only in a passage's injected instruction (routes/_injection.py)
+    answer = guard_answer(ctx, answer.strip(), [(h["id"], h["text"]) for h in shown])
     ctx.best_answer = answer
     return RouteOutput(answer, thought, citations=cite(answer, shown, question))
 

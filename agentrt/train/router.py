@@ -46,7 +46,9 @@ TEMPERATURES = (0.5, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0)  # calibration: l
 # before its p_success means anything; and the out-of-fold report (ECE, policy value) is over questions.
 MIN_RUNS_PER_ACTION = 30
 MIN_QUESTIONS = 20
-# the evidence kernel's inputs (agentrt.router.evidence): None = all, hashed words included
+# the evidence kernel's inputs (agentrt.router.evidence): None = all, hashed words included. Measured on three
+# document families left out in turn (evals/bench/family_bench.py --evidence numeric|all, docs/routing.md): the
+# numeric features alone marked fewer left-out decisions calibrated and gave lower value, so all it is
 EVIDENCE_DIMS: int | None = None
 
 

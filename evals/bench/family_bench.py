@@ -149,8 +149,15 @@ def main() -> None:
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
     ap.add_argument("--evidence", choices=("numeric", "all"), help="the evidence kernel's inputs (default: the "
                     "trainer's): the numeric features only, or the hashed words too")
+    ap.add_argument("--abstain-floor", type=float, help="the learned router's abstain floor (default: the "
+                    "runtime's, agentrt.router.learned.DEFAULT_FLOORS): what it costs and gains where the policy "
+                    "rarely answers right")
     ap.add_argument("--out", default="family.json")
     args = ap.parse_args()
+    if args.abstain_floor is not None:
+        from agentrt.router.learned import DEFAULT_FLOORS
+
+        DEFAULT_FLOORS["abstain"] = args.abstain_floor
     if args.evidence:
         from agentrt.router.features import NUMERIC_FEATURES
         from agentrt.train import router as trainer

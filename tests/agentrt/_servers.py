@@ -53,3 +53,18 @@ def running_server(argv: list[str], home: Path, env: dict[str, str], *, timeout_
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+def openai_client(base: str):
+    """An ``openai.OpenAI`` client of the server at ``base`` (no retries: a test sees the first answer)."""
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=600)
+
+
+def record_of(home: Path, run_id: str) -> dict:
+    """The trajectory record of ``run_id`` in the server home's store."""
+    import json
+
+    path = home / "trajectories" / "trajectories.jsonl"
+    return next(r for r in map(json.loads, path.read_text().splitlines()) if r["run_id"] == run_id)

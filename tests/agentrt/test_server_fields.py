@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _servers import running_server
+from _servers import openai_client, record_of, running_server
 
 AGENTRT = str(Path(sys.executable).parent / "agentrt")
 MAX_MODEL_LEN = 1024
@@ -38,14 +38,10 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(server):
-    from openai import OpenAI
-
-    return OpenAI(base_url=f"{server[0]}/v1", api_key="unused", max_retries=0, timeout=600)
+    return openai_client(server[0])
 
 
-def _record(home: Path, run_id: str) -> dict:
-    path = home / "trajectories" / "trajectories.jsonl"
-    return next(r for r in map(json.loads, path.read_text().splitlines()) if r["run_id"] == run_id)
+_record = record_of
 
 
 def _post(base: str, body: dict) -> httpx.Response:

@@ -31,7 +31,7 @@ try:
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from agentrt.app.server.door import ApiKeyGate, BadBody, error_response, parse_body
+    from agentrt.app.server.door import ApiKeyGate, BadBody, error_response, parse_body, read_object
     from agentrt.app.server.guard import guard_door
 except ImportError as e:  # pragma: no cover - depends on the install
     raise missing_extra("fastapi", "server") from e
@@ -131,20 +131,9 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > max_body:
-            return _error(413, f"request body is {declared} bytes; the limit is {max_body}")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body:
-                return _error(413, f"request body is over the {max_body}-byte limit")
-        try:
-            data = parse_body(bytes(body))
-        except BadBody as e:
-            return _error(400, str(e), param=e.param)
-        if not isinstance(data, dict):
-            return _error(400, "the body must be a JSON object")
+        data = await read_object(request, max_body)
+        if isinstance(data, JSONResponse):
+            return data
         try:
             ignored = take_vllm_fields(data)  # vLLM's extras: honoured by ChatRequest, or warned; images: a 400
         except RequestError as e:

@@ -7,6 +7,7 @@
   200k-deep body costs a scan, never a RecursionError.
 * ``ApiKeyGate``: an ASGI middleware; every path but ``/healthz`` needs ``Authorization: Bearer KEY``,
   compared in constant time (digests of both sides, so not even the length leaks).
+* ``read_object``: a request's body, size-capped while it streams, through ``parse_body``, as a JSON object.
 * ``is_loopback``: whether a bind address only this machine can reach.
 """
 
@@ -54,6 +55,27 @@ class BadBody(ValueError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+async def read_object(request: Any, max_body: int) -> dict[str, Any] | JSONResponse:
+    """A request's body as a JSON object, or the 4xx ``JSONResponse`` to send instead: over ``max_body``
+    (declared or streamed: 413), not parseable (``parse_body``: 400), not an object (400). Every endpoint's
+    body comes through here."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_body:
+        return error_response(413, f"request body is {declared} bytes; the limit is {max_body}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_body:
+            return error_response(413, f"request body is over the {max_body}-byte limit")
+    try:
+        data = parse_body(bytes(body))
+    except BadBody as e:
+        return error_response(400, str(e), param=e.param)
+    if not isinstance(data, dict):
+        return error_response(400, "the body must be a JSON object")
+    return data
 
 
 def nesting_depth(raw: bytes) -> int:

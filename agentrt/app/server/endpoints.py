@@ -30,7 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentrt.app.server.door import BadBody, error_response, parse_body
+from agentrt.app.server.door import error_response, read_object
 from agentrt.app.server.metrics import MeteredAgent, MetricsMiddleware, ServerMetrics
 from agentrt.app.server.request import ChatMessage, RequestError, StreamOptions
 from agentrt.app.server.response import token_logprobs
@@ -114,20 +114,9 @@ def embedding_models() -> list[dict[str, Any]]:
 
 async def read_json(request: Request, max_body: int, model: type[BaseModel]) -> Any:
     """The request's body as ``model``, or the 4xx ``JSONResponse`` to send instead."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_body:
-        return error_response(413, f"request body is {declared} bytes; the limit is {max_body}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_body:
-            return error_response(413, f"request body is over the {max_body}-byte limit")
-    try:
-        data = parse_body(bytes(body))
-    except BadBody as e:
-        return error_response(400, str(e), param=e.param)
-    if not isinstance(data, dict):
-        return error_response(400, "the body must be a JSON object")
+    data = await read_object(request, max_body)
+    if isinstance(data, JSONResponse):
+        return data
     try:
         return model.model_validate(data)
     except ValidationError as e:
