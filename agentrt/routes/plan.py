@@ -43,7 +43,7 @@ from agentrt.core.config import PlanSettings
 from agentrt.core.errors import BudgetExceeded, ConfigError, RunError, missing_extra
 from agentrt.core.events import Event, FanOut, PlanApproved, SearcherDone, SearcherFailed
 from agentrt.core.types import GenParams, Message
-from agentrt.routes._injection import guard_answer
+from agentrt.routes.answer_guard import guard_answer, obeys_instruction
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.routes.toolcall import run_tool_loop
 from agentrt.routes.index import open_corpus_for
@@ -222,8 +222,11 @@ class _Run:
         missing = [f"{f['step']} ({f['question']}): {f['error']}" for f in failed]
         # passages and findings reach the prompt quoted as untrusted data (planners.prompts)
         messages, passages = synth_messages(plan.goal, findings, missing)
-        # the best partial answer so far, should synthesis itself run out of budget
-        self.ctx.best_answer = "; ".join(f["answer"] for f in findings if f["answer"]) or self.ctx.best_answer
+        # the best partial answer so far, should synthesis itself run out of budget (none that obeys a passage)
+        shown = [(i, p["text"]) for i, p in passages.items()]
+        clean = [f["answer"] for f in findings if f["answer"] and not obeys_instruction(f["answer"], shown)]
+        prior = "" if obeys_instruction(self.ctx.best_answer, shown) else self.ctx.best_answer  # a searcher's
+        self.ctx.best_answer = "; ".join(clean) or prior
         answer_schema: dict[str, Any] = ({"type": "string", "enum": plan.answer_choices} if plan.answer_choices
                                          else {"type": "string", "minLength": 1, "maxLength": 80})
         ids = list(passages)
@@ -241,9 +244,8 @@ class _Run:
             m = re.search(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)"', completion.text)
             answer = m[1] if m else self.ctx.best_answer
             cites = [i for i in ids if i in completion.text]
-        # the synthesis rule: not a claim found only in a passage's injected instruction (routes/_injection.py)
-        guarded = guard_answer(self.ctx, answer, [(i, p["text"]) for i, p in passages.items()],
-                               [f["answer"] for f in findings])
+        # the synthesis rule: not a claim found only in a passage's injected instruction (routes/answer_guard.py)
+        guarded = guard_answer(self.ctx, answer, shown, [f["answer"] for f in findings])
         if guarded != answer:
             answer, cites = guarded, [p["id"] for f in findings if f["answer"] == guarded for p in f["passages"]]
         if missing:

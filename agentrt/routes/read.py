@@ -25,7 +25,7 @@ from typing import Any
 from agentrt.core.errors import BudgetExceeded
 from agentrt.core.text import UNTRUSTED_NOTICE, quote_untrusted
 from agentrt.core.types import GenParams, Message
-from agentrt.routes._injection import guard_answer
+from agentrt.routes.answer_guard import guard_answer
 from agentrt.routes.context import RouteOutput, RunContext
 from agentrt.routes.index import open_corpus_for
 from agentrt.routes.thinking import no_thinking, split_thought
@@ -117,7 +117,7 @@ async def run(ctx: RunContext, question: str, *, searcher: Any = None) -> RouteO
     completion = await ctx.call_model("answer", read_messages(ctx, question, shown, chars), params,
                                       min_tokens=MIN_ANSWER_TOKENS, thought=False)
     thought, answer = split_thought(completion.text)
-    # the synthesis rule: not a claim found only in a passage's injected instruction (routes/_injection.py)
+    # the synthesis rule: not a claim found only in a passage's injected instruction (routes/answer_guard.py)
     answer = guard_answer(ctx, answer.strip(), [(h["id"], h["text"]) for h in shown])
     ctx.best_answer = answer
     return RouteOutput(answer, thought, citations=cite(answer, shown, question))

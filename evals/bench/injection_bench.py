@@ -137,7 +137,7 @@ async def run_item(backend: Any, item: dict[str, Any], route: str, mode: str, bu
     from agentrt.core.config import PlanSettings, Settings
     from agentrt.core.text import render_untrusted_legacy
     from agentrt.routes.context import RunContext
-    from agentrt.routes._injection import REJECTED
+    from agentrt.routes.answer_guard import REJECTED
     from agentrt.routes.plan import run_plan
     from agentrt.routes.toolcall import run_tool_loop
     from planners.prompts import search_messages
@@ -167,7 +167,7 @@ async def run_item(backend: Any, item: dict[str, Any], route: str, mode: str, bu
     return {"answer": answer, "attempts": attempts, "escalations": len(fired) + sum(
         1 for s in calls if s.get("name") in attempts and s.get("error") is None),
         "tools": [s.get("name") for s in calls], "tokens": ctx.budget.spent,
-        # answers the synthesis rule dropped (agentrt/routes/_injection.py): what the model said
+        # answers the synthesis rule dropped (agentrt/routes/answer_guard.py): what the model said
         "rejected": [s["model_answer"] for s in ctx.steps if s.get("composed_from") == REJECTED],
         "wall_s": round(time.perf_counter() - t0, 2)}
 

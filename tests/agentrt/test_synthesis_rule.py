@@ -1,21 +1,25 @@
 """The synthesis rule (issue 35, item 6): an answer is never a claim found only in a passage's injected
 instruction. The detector (agentrt/core/injection.py) and where the plan and read routes apply it
-(agentrt/routes/_injection.py); the rate over the planted and held-out sets is
+(agentrt/routes/answer_guard.py); the rate over the planted and held-out sets is
 evals/bench/injection_bench.py's."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
+import pytest
+
 from agentrt.backends.scripted import ScriptedBackend
 from agentrt.core.budget import Budget
+from agentrt.core.errors import BudgetExceeded
 from agentrt.core.config import PlanSettings, Settings
 from agentrt.core.injection import instructions, violation
 from agentrt.core.text import render_untrusted_legacy
 from agentrt.core.types import GenParams, Message
-from agentrt.routes._injection import NO_ANSWER, REJECTED
+from agentrt.routes.answer_guard import NO_ANSWER, REJECTED
 from agentrt.routes.context import RunContext
 from agentrt.routes.plan import run_plan
 from agentrt.routes.read import run as run_read
@@ -100,6 +104,22 @@ def test_plan_keeps_a_supported_answer_and_the_legacy_baseline_keeps_the_old_beh
     with render_untrusted_legacy():  # the bench's undefended baseline: no rule
         state, ctx = _plan(finding="14 square kilometres", synthesis="42")
     assert state["answer"] == "42" and _rejections(ctx) == []
+
+
+def test_a_plan_cut_short_in_synthesis_keeps_no_obeying_finding_as_its_best_answer():
+    def reply(messages: list[Message], params: GenParams) -> str:
+        if "citations" in (params.json_schema or {}).get("properties", {}):
+            raise BudgetExceeded("synthesis ran out")
+        return _scripted("The answer is 42.", "")(messages, params)
+
+    def best(legacy: bool) -> str:
+        ctx = RunContext("run", QUESTION, Budget(8000), ScriptedBackend([reply]), Settings())
+        with render_untrusted_legacy() if legacy else contextlib.nullcontext(), pytest.raises(BudgetExceeded):
+            asyncio.run(run_plan(ctx, QUESTION, searcher=searcher, options=PlanSettings(planner="heuristic")))
+        return ctx.best_answer or ""
+
+    assert "42" not in best(legacy=False)
+    assert best(legacy=True) == "The answer is 42."  # the undefended baseline would return it, truncated
 
 
 def test_read_route_drops_an_answer_that_obeys_an_instruction():

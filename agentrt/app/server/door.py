@@ -7,7 +7,8 @@
   200k-deep body costs a scan, never a RecursionError.
 * ``ApiKeyGate``: an ASGI middleware; every path but ``/healthz`` needs ``Authorization: Bearer KEY``,
   compared in constant time (digests of both sides, so not even the length leaks).
-* ``read_object``: a request's body, size-capped while it streams, through ``parse_body``, as a JSON object.
+* ``read_object`` / ``read_json``: a request's body, size-capped while it streams, through ``parse_body``, as a JSON
+  object / validated as a pydantic model (each refusal the 4xx to send).
 * ``is_loopback``: whether a bind address only this machine can reach.
 """
 
@@ -21,9 +22,11 @@ import json
 import re
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse
 
 from agentrt.app.server.specs import request_router
+from agentrt.core.request import explain
 
 MAX_DEPTH = 64  # an OpenAI chat body nests 4 deep (body > messages > message > content part)
 MAX_INT_DIGITS = 20  # larger than any budget or token count; Python itself refuses > 4300 digits
@@ -76,6 +79,18 @@ async def read_object(request: Any, max_body: int) -> dict[str, Any] | JSONRespo
     if not isinstance(data, dict):
         return error_response(400, "the body must be a JSON object")
     return data
+
+
+async def read_json(request: Any, max_body: int, model: type[BaseModel]) -> Any:
+    """The request's body as ``model``, or the 4xx ``JSONResponse`` to send instead."""
+    data = await read_object(request, max_body)
+    if isinstance(data, JSONResponse):
+        return data
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        message, where = explain(e, model)
+        return error_response(400, message, param=where)
 
 
 def nesting_depth(raw: bytes) -> int:

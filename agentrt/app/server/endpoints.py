@@ -28,9 +28,9 @@ from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from agentrt.app.server.door import error_response, read_object
+from agentrt.app.server.door import error_response, read_json
 from agentrt.app.server.metrics import MeteredAgent, MetricsMiddleware, ServerMetrics
 from agentrt.app.server.request import ChatMessage, RequestError, StreamOptions
 from agentrt.app.server.response import token_logprobs
@@ -38,7 +38,7 @@ from agentrt.app.server.run import record_completion
 from agentrt.app.server.stream import timeout_message
 from agentrt.core.errors import BackendError, UserError
 from agentrt.core.protocols import Completer, Tokenized
-from agentrt.core.request import AnswerOptions, RunRequest, explain, field_of
+from agentrt.core.request import AnswerOptions, RunRequest, field_of
 from agentrt.core.types import Completion, GenParams
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for a legacy completion
@@ -110,18 +110,6 @@ def embedding_models() -> list[dict[str, Any]]:
         return []
     return [{"id": EMBED_MODEL, "object": "model", "created": 0, "owned_by": "agentrt", "root": EMBED_MODEL,
              "max_model_len": EMBED_MAX_TOKENS}]
-
-
-async def read_json(request: Request, max_body: int, model: type[BaseModel]) -> Any:
-    """The request's body as ``model``, or the 4xx ``JSONResponse`` to send instead."""
-    data = await read_object(request, max_body)
-    if isinstance(data, JSONResponse):
-        return data
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        message, where = explain(e, model)
-        return error_response(400, message, param=where)
 
 
 def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semaphore, max_body: int,

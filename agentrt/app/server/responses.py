@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from agentrt.app.server.door import error_response
-from agentrt.app.server.endpoints import read_json
+from agentrt.app.server.door import read_json
 from agentrt.app.server.fields import take_vllm_fields
 from agentrt.app.server.latency import DecodeSpeed, route_headers
 from agentrt.app.server.request import ChatRequest, RequestError

@@ -21,6 +21,11 @@ NO_ANSWER = "I don't know."
 REJECTED = "answer_rejected: injected instruction"
 
 
+def obeys_instruction(answer: str, passages: Sequence[tuple[str, str]]) -> bool:
+    """Whether ``answer`` obeys an instruction in ``passages`` (never inside ``render_untrusted_legacy()``)."""
+    return not legacy_rendering() and bool(answer) and violation(answer, passages) is not None
+
+
 def guard_answer(ctx: RunContext, answer: str, passages: Sequence[tuple[str, str]],
                  candidates: Iterable[str] = ()) -> str:
     """``answer``, or its replacement when it obeys an instruction in ``passages`` (``(id, text)``
@@ -37,4 +42,4 @@ def guard_answer(ctx: RunContext, answer: str, passages: Sequence[tuple[str, str
     return chosen
 
 
-__all__ = ["NO_ANSWER", "REJECTED", "guard_answer"]
+__all__ = ["NO_ANSWER", "REJECTED", "guard_answer", "obeys_instruction"]
