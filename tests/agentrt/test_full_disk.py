@@ -85,16 +85,21 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
+def _in_namespaces(tmp_path: Path, driver: str, home: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run ``driver`` (it mounts its own small tmpfs) in a user + mount namespace with a fresh ``home``."""
+    home.mkdir()
+    script = tmp_path / "driver.py"
+    script.write_text(driver)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AGENTRT_HOME", None)
+    return subprocess.run(["unshare", "-rm", sys.executable, str(script), str(home), AGENTRT, *args],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+
+
 @pytest.mark.slow
 def test_a_full_disk_is_one_line_and_nothing_half_written(tmp_path):
     home = tmp_path / "home"
-    home.mkdir()
-    script = tmp_path / "driver.py"
-    script.write_text(DRIVER)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("AGENTRT_HOME", None)
-    p = subprocess.run(["unshare", "-rm", sys.executable, str(script), str(home), AGENTRT], capture_output=True,
-                       text=True, cwd=ROOT, env=env, timeout=600)
+    p = _in_namespaces(tmp_path, DRIVER, home)
     assert p.returncode == 0, ("this test needs `unshare -rm` (user and mount namespaces) to mount its tmpfs: "
                                + p.stderr[-3000:])
     out = json.loads(p.stdout.splitlines()[-1])
@@ -204,13 +209,7 @@ def test_indexing_onto_a_full_disk_says_full_not_damaged(tmp_path):
     for i in range(40):  # ~270 chunks: more than a 600 KB disk holds
         (docs / f"d{i}.txt").write_text(" ".join([f"word{i} lorem ipsum dolor sit amet"] * 200))
     home = tmp_path / "home"
-    home.mkdir()
-    script = tmp_path / "driver.py"
-    script.write_text(INDEX_DRIVER)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("AGENTRT_HOME", None)
-    p = subprocess.run(["unshare", "-rm", sys.executable, str(script), str(home), AGENTRT, str(docs)],
-                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    p = _in_namespaces(tmp_path, INDEX_DRIVER, home, str(docs))
     assert p.returncode == 0, p.stderr[-3000:]
     rc, *stderr = p.stdout.splitlines()
     failure = [line for line in stderr if line.startswith("agentrt:")]
