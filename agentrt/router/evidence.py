@@ -170,6 +170,25 @@ def moment_sizes(x: list[float], mean: list[float], std: list[float], actions: l
     return {a: base * share for a in actions}
 
 
+def shrunk(p_success: dict[str, float], sizes: dict[str, float], base_rates: dict[str, float],
+           minimum: float) -> dict[str, float]:
+    """The fallback's estimates out of evidence: each action's learned p_success pulled toward its success rate
+    over all training runs, by how many runs resemble the question::
+
+        p'(a) = (ess(a) * p(a) + k * base(a)) / (ess(a) + k),   k = minimum (router_min_evidence)
+
+    With ample evidence the learned estimate stands; with none the router claims only the action's average —
+    what it knows about a question unlike any it was fit on. Actions without a base rate keep their estimate."""
+    out = {}
+    for a, p in p_success.items():
+        if a not in base_rates:
+            out[a] = p
+            continue
+        n = max(0.0, sizes.get(a, 0.0))
+        out[a] = (n * p + minimum * base_rates[a]) / (n + minimum) if n + minimum > 0 else base_rates[a]
+    return out
+
+
 def states(sizes: dict[str, float], minimum: float) -> dict[str, str]:
     """The state per action: calibrated when its ess reaches ``minimum``."""
     return {a: CALIBRATED if n >= minimum else INSUFFICIENT for a, n in sizes.items()}

@@ -65,6 +65,12 @@ class RouterModel:
         runs = int(((self.provenance or {}).get("runs") or {}).get("train") or (self.metrics or {}).get("examples") or 0)
         return ev.moment_sizes(x, self.mean, self.std, list(self.actions), runs, len(NUMERIC_FEATURES)), "moments"
 
+    @property
+    def base_rates(self) -> dict[str, float]:
+        """Each action's success rate over its training runs (files written before it: none)."""
+        rates = (self.metrics or {}).get("base_rates") or {}
+        return {a: float(v) for a, v in rates.items() if a in self.actions}
+
     def logits(self, x: list[float]) -> dict[str, float]:
         """Uncalibrated success logits per action for one input vector."""
         return self._logits(self._standardized(x))
@@ -223,8 +229,21 @@ class LearnedRouter:
         if sizes.get(d.action, 0.0) >= minimum:
             d.calibrated, d.state = True, ev.CALIBRATED
             return d
-        # out of evidence: the learned estimate for the action it would take rests on too few similar runs,
-        # so it does not decide; the rules router does (the documented fallback, docs/routing.md)
+        # out of evidence: the learned estimate for the action it would take rests on too few similar runs, so
+        # it does not decide as it is. The documented fallback (docs/routing.md): every estimate shrunk toward its
+        # action's training success rate by its evidence (evidence.shrunk), decided by the same rule; a file
+        # without base rates (written before them) lets the rules decide
+        base = self.model.base_rates
+        if base:
+            q = ev.shrunk(p, sizes, base, minimum)
+            fb = choose(self.name, q, tokens, budget, self.cfg, features=features)
+            fb.reason += (f" (only {sizes.get(d.action, 0.0):.1f} training runs resemble this question for "
+                          f"'{d.action}' (< {minimum:g}, {method}): its estimate p_success "
+                          f"{p.get(d.action, 0.0):.2f} shrunk toward the action's training rate "
+                          f"{base.get(d.action, 0.0):.2f})")
+            fb.router_version, fb.evidence, fb.state, fb.fallback = self.version, sizes, ev.INSUFFICIENT, "prior"
+            fb.calibrated = False
+            return fb
         from agentrt.router.rules import RulesRouter
 
         fb = RulesRouter(self.settings, self.cfg).decide_sync(question, features, budget)

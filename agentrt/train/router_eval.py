@@ -48,19 +48,25 @@ def rules_estimator(settings: Settings) -> Estimator:
 
 def deciding_estimator(model: RouterModel, settings: Settings) -> tuple[Estimator, Callable[[Example], bool]]:
     """The learned router as the runtime runs it (``LearnedRouter``): its own estimates where the action it
-    would take has evidence (``router_min_evidence`` similar training runs), else the rules' (the documented
-    fallback). Returns (estimator, calibrated): ``calibrated(e)`` says whether the learned estimate decided."""
+    would take has evidence (``router_min_evidence`` similar training runs), else the documented fallback's
+    (estimates shrunk toward each action's training rate, ``evidence.shrunk``; the rules' for a file without
+    base rates). Returns (estimator, calibrated): ``calibrated(e)`` says whether the learned estimate decided."""
+    from agentrt.router.evidence import shrunk
+
     rules = rules_estimator(settings)
     minimum = float(getattr(settings, "router_min_evidence", 3.0))
     cfg = config(model.lam, tuple(model.actions))
+    base = model.base_rates
     cache: dict[int, tuple[tuple[dict[str, float], dict[str, float]], bool]] = {}
 
     def decide(e: Example) -> tuple[tuple[dict[str, float], dict[str, float]], bool]:
         if id(e) not in cache:
             p, t = model.predict(e.x)
             pick = choose("learned", p, t, e.budget, cfg).action
-            ok = model.effective_sizes(e.x)[0].get(pick, 0.0) >= minimum
-            cache[id(e)] = ((p, t) if ok else rules(e), ok)
+            sizes = model.effective_sizes(e.x)[0]
+            ok = sizes.get(pick, 0.0) >= minimum
+            fallback = (shrunk(p, sizes, base, minimum), t) if base else rules(e)
+            cache[id(e)] = ((p, t) if ok else fallback, ok)
         return cache[id(e)]
 
     return (lambda e: decide(e)[0]), (lambda e: decide(e)[1])

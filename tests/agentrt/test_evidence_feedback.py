@@ -54,7 +54,7 @@ def _decide(router: LearnedRouter, q: str):
     return asyncio.run(router.decide(q, extract(q), 1000))
 
 
-def test_estimates_carry_evidence_and_fall_back_to_the_rules_without_it(trained, tmp_path):
+def test_estimates_carry_evidence_and_fall_back_to_the_training_rates_without_it(trained, tmp_path):
     fp = registry.policy_fingerprint(ScriptedBackend(["x"]))
     path = tmp_path / "r.json"
     _for(trained, fp.id).save(path)
@@ -67,13 +67,22 @@ def test_estimates_carry_evidence_and_fall_back_to_the_rules_without_it(trained,
     assert d.evidence["reason"] >= 3 and d.router == "learned"
     d = _decide(router, "What is the capital of country 99?")
     assert d.state == "calibrated" and d.action == "direct"
-    # unlike anything it was fit on: no evidence, so the rules decide and the step says so
+    # unlike anything it was fit on: no evidence, so it claims only each action's training rate (half of the
+    # runs of each action succeeded) and the step says so
     q = "Write a Python function that reverses a linked list and explain its complexity in detail, please."
     d = _decide(router, q)
-    assert d.state == "insufficient_evidence" and not d.calibrated and d.fallback == "rules"
-    assert max(d.evidence.values()) < 3 and d.router == "rules" and "rules decided" in d.reason
+    assert d.state == "insufficient_evidence" and not d.calibrated and d.fallback == "prior"
+    assert max(d.evidence.values()) < 3 and d.router == "learned" and "shrunk toward" in d.reason
+    assert model.base_rates == {"direct": 0.5, "reason": 0.5}
+    assert all(abs(d.p_success[a] - 0.5) < 0.05 for a in ("direct", "reason"))  # ~no evidence: ~the base rate
     step = d.to_step()
-    assert step["state"] == "insufficient_evidence" and step["fallback"] == "rules" and step["evidence"] == d.evidence
+    assert step["state"] == "insufficient_evidence" and step["fallback"] == "prior" and step["evidence"] == d.evidence
+    # a file without base rates (written before them): the rules decide
+    data = json.loads(path.read_text())
+    del data["metrics"]["base_rates"]
+    path.write_text(json.dumps(data))
+    d = _decide(LearnedRouter(RouterModel.load(path), Settings(), policy=fp), q)
+    assert d.state == "insufficient_evidence" and d.fallback == "rules" and d.router == "rules" and "rules decided" in d.reason
     # the threshold is a setting: at 0 every estimate counts
     assert _decide(LearnedRouter(model, Settings(router_min_evidence=0), policy=fp), q).state == "calibrated"
     # trained for another policy: other_policy, from the first request, with the rules deciding
@@ -131,7 +140,7 @@ def test_a_file_without_a_sample_estimates_evidence_from_its_moments(trained, tm
     assert 0 < shipped_model.mean[yes_no] < 0.1
     far = _decide(router, "```python\ndef f(x):\n    return x\n```\nWhy does this code fail on my machine? Compare it "
                           "with the version from last week and then explain, step by step, what changed?")
-    assert far.state == "insufficient_evidence" and far.fallback == "rules"
+    assert far.state == "insufficient_evidence" and far.fallback == "prior"  # its metrics carry base rates
     # the shipped router is such a file: its decisions carry evidence and a state
     entry = registry.shipped()[0]
     shipped = LearnedRouter(RouterModel.load(entry.path), Settings(), policy=registry.policy_fingerprint(None, "hf:embedded"))
