@@ -137,6 +137,13 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
         return error_response(404, f"The model `{model}` does not exist; this endpoint serves: {', '.join(allowed)}",
                               param="model", code="model_not_found")
 
+    async def read_for(request: Request, body: type[BaseModel], allowed: list[str]) -> Any:
+        """The request's body as ``body``, naming a model in ``allowed`` (or none), else the 4xx to send."""
+        req = await read_json(request, max_body, body)
+        if isinstance(req, Response):
+            return req
+        return check_model(req.model, allowed) or req
+
     def tokenizer_or_error(what: str) -> Any:
         policy = agent.policy
         if isinstance(policy, Tokenized):
@@ -161,11 +168,9 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> Any:
-        req = await read_json(request, max_body, TokenizeRequest)
+        req = await read_for(request, TokenizeRequest, names)
         if isinstance(req, Response):
             return req
-        if (wrong := check_model(req.model, names)) is not None:
-            return wrong
         if (req.prompt is None) == (req.messages is None):
             return error_response(400, "send either \"prompt\" (text) or \"messages\" (a chat), not both or neither",
                                   param="prompt")
@@ -184,11 +189,9 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Any:
-        req = await read_json(request, max_body, DetokenizeRequest)
+        req = await read_for(request, DetokenizeRequest, names)
         if isinstance(req, Response):
             return req
-        if (wrong := check_model(req.model, names)) is not None:
-            return wrong
         tok = tokenizer_or_error("/detokenize")
         if isinstance(tok, Response):
             return tok
@@ -203,11 +206,9 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        req = await read_json(request, max_body, CompletionRequest)
+        req = await read_for(request, CompletionRequest, names)
         if isinstance(req, Response):
             return req
-        if (wrong := check_model(req.model, names)) is not None:
-            return wrong
         policy = agent.policy
         tok = tokenizer_or_error("/v1/completions")
         if isinstance(tok, Response):
