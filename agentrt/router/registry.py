@@ -158,15 +158,22 @@ def add(home: Path, model: Any) -> Entry:
     return Entry(path.stem, path, dict(model.provenance))
 
 
-def _promoted_state(home: Path) -> dict[str, list[str]]:
-    path = routers_dir(home) / PROMOTED
+def _read_state(home: Path, name: str, if_deleted: str) -> dict[str, Any]:
+    """A registry state file as a dict ({} when absent); corrupt: one ConfigError saying what deleting it means
+    (the counterpart of ``_write_state``)."""
+    path = routers_dir(home) / name
     if not path.is_file():
         return {}
     try:
         data = json.loads(read_text_capped(path, MAX_STATE_BYTES, "router registry file"))
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ConfigError(f"{path} is corrupt; delete it to fall back to the shipped router") from None
-    return {str(k): [str(v) for v in vs] for k, vs in data.items()} if isinstance(data, dict) else {}
+        raise ConfigError(f"{path} is corrupt; delete it ({if_deleted})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _promoted_state(home: Path) -> dict[str, list[str]]:
+    data = _read_state(home, PROMOTED, "the shipped router is then the default")
+    return {str(k): [str(v) for v in vs] for k, vs in data.items()}
 
 
 def _write_state(home: Path, name: str, state: dict[str, Any]) -> None:
@@ -241,14 +248,8 @@ OBSERVE = "observe.json"
 
 def observe_state(home: Path) -> dict[str, dict[str, Any]]:
     """``{fingerprint id: {"version", "since", "status": observing | promoted | refused, "verdict"}}``."""
-    path = routers_dir(home) / OBSERVE
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(read_text_capped(path, MAX_STATE_BYTES, "router registry file"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ConfigError(f"{path} is corrupt; delete it (no candidate is then observed)") from None
-    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+    data = _read_state(home, OBSERVE, "no candidate is then observed")
+    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
 
 
 def set_observe(home: Path, fingerprint_id: str, record: dict[str, Any]) -> None:
