@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "agentrt.app.commands.learn",
     "agentrt.app.commands.router",
     "agentrt.app.commands.feedback",
+    "agentrt.app.commands.env",
 ]
 
 

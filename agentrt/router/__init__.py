@@ -1,7 +1,7 @@
 """Routers: decide how much thinking a request deserves.
 
 Specs: ``auto`` (the default: the router promoted for the running policy, else the shipped one, else
-``rules``; see ``registry``), ``fixed:<action>``, ``rules``, ``self``, ``learned:PATH`` (or
+``rules``; see ``registry``), ``fixed:<action>``, ``rules``, ``self``, ``self:PATH`` (a strategy-trained policy folder), ``learned:PATH`` (or
 ``learned:VERSION`` from the registry), ``cascade``. Every router has
 ``async decide(question, features, budget) -> RouteDecision``; ``make_router`` builds one from a spec.
 """
@@ -18,7 +18,7 @@ from agentrt.router.features import extract
 
 __all__ = ["ACTIONS", "RouteDecision", "UtilityConfig", "choose", "extract", "make_router", "CascadeRouter"]
 
-ROUTER_SPECS = "auto, fixed:<action>, rules, self, learned:PATH (or learned:VERSION), cascade"
+ROUTER_SPECS = "auto, fixed:<action>, rules, self, self:PATH, learned:PATH (or learned:VERSION), cascade"
 
 
 class CascadeRouter:
@@ -84,6 +84,10 @@ def make_router(spec: str, settings: Settings, *, policy: Any = None, scorer: An
         if policy is not None and not isinstance(policy, Scorer):
             raise ConfigError(f"the self router needs a backend that can score text (hf:...); {policy.name} cannot")
         return SelfRouter(scorer or _no_scorer, settings, cfg)
+    if kind == "self" and arg:  # a policy trained on the strategy environment routes (router/selfpolicy.py)
+        from agentrt.router.selfpolicy import SelfPolicyRouter
+
+        return SelfPolicyRouter(arg, settings, cfg)
     if kind == "auto" and not arg:
         from agentrt.router import registry
         from agentrt.router.rules import RulesRouter

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,20 @@ def _reward_fn(reward: str, components: list[dict[str, float]], calibration_only
     return reward_fn
 
 
+@dataclass
+class EnvironmentRun:
+    """What a multi-turn environment brings to a GRPO run, passed to TRL as is (the train layer never imports
+    ``agentrt.envs``: ``agentrt.envs.trl`` builds one). ``factory``: TRL's ``environment_factory`` (one instance
+    per rollout: ``reset(**row)`` and tool methods); ``reward``: the reward function (it gets ``environments``);
+    ``prepare_tokenizer``: gives the tokenizer a tool-rendering chat template and a response template (saved with
+    the policy); ``max_tool_calls``: TRL's ``max_tool_calling_iterations``."""
+
+    factory: Callable[[], Any]
+    reward: Callable[..., list[float]]
+    prepare_tokenizer: Callable[[Any], None]
+    max_tool_calls: int = 6
+
+
 def _freeze_below(model: Any, top: int) -> None:
     """Freeze every parameter but the top ``top`` decoder layers and the final norm."""
     decoder = model.get_decoder()
@@ -147,7 +162,8 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
                learning_rate: float = 1e-4, seed: int = 0, reward: str = "verifier", confidence: str = "tail",
                callbacks: list[Any] | None = None, save: bool = True, save_steps: int = 0,
                resume: bool = False, confidence_temperature: float | None = None, train: str = "all",
-               temperature: float = 1.0, train_layers: int = 0) -> TrainReport:
+               temperature: float = 1.0, train_layers: int = 0,
+               environment: EnvironmentRun | None = None) -> TrainReport:
     """Run ``steps`` GRPO steps on ``rows``; return rewards per step and the parameter change.
 
     ``reward="rlcr"``: the confidence instruction is appended to every prompt and completions are scored with
@@ -163,7 +179,11 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     the policy learns to state how sure it is without its answers moving (a small model trained on the whole
     completion games the format; docs/rlcr.md). ``train_layers`` > 0: only the top that many decoder layers and
     the final norm are trained, the rest (embeddings and the tied head included) stay frozen, which keeps the
-    answers of a small model from drifting while its confidence is trained. Runs on a GPU when one is visible."""
+    answers of a small model from drifting while its confidence is trained. ``environment``: multi-turn rollouts
+    through TRL's ``environment_factory`` (``agentrt train-policy --env search:CORPUS``): ``rows`` are then the
+    trainer's rows as they are (``prompt`` plus what ``reset`` reads), the environment's reward replaces the
+    verifier's, and ``max_completion_length`` bounds a whole episode (tool results included). Runs on a GPU when
+    one is visible."""
     if steps < 1 or num_generations < 2 or batch_size % num_generations:
         raise InputError("need steps >= 1, num_generations >= 2 and batch_size a multiple of num_generations")
     if reward not in REWARDS or confidence not in ("tail", "free"):
@@ -176,6 +196,8 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
         raise InputError("sampling temperatures must be > 0")
     if train_layers < 0:
         raise InputError("train_layers must be >= 0 (0 trains every layer)")
+    if environment is not None and reward != "verifier":
+        raise InputError("an environment brings its own reward: use --reward verifier (the default) with --env")
     try:
         import torch
         from datasets import Dataset
@@ -202,6 +224,12 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     if train_layers > 0:
         _freeze_below(model, train_layers)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    if environment is not None:
+        return _train_env(model, tokenizer, rows, output_dir, environment, before, steps=steps,
+                          num_generations=num_generations, batch_size=batch_size,
+                          max_completion_length=max_completion_length, learning_rate=learning_rate, seed=seed,
+                          callbacks=callbacks, save=save, save_steps=save_steps, resume=resume,
+                          temperature=temperature, gpu=torch.cuda.is_available())
 
     names = [r.get("verifier") or rewards.verifier_for(r.get("data_source") or "") for r in rows]
     if None in names:
@@ -235,6 +263,12 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     trainer = GRPOTrainer(model=model, reward_funcs=_reward_fn(reward, components, train == "confidence"), args=config,
                           train_dataset=Dataset.from_dict(columns), processing_class=tokenizer,
                           callbacks=list(callbacks or []), **extra)
+    return _run(trainer, tokenizer, output_dir, before, save=save, resume=resume, components=components)
+
+
+def _run(trainer: Any, tokenizer: Any, output_dir: str | Path, before: dict[str, Any], *, save: bool, resume: bool,
+         components: list[dict[str, float]]) -> TrainReport:
+    """Train (resuming from the newest checkpoint in ``output_dir`` when asked), save, and report what changed."""
     started = time.perf_counter()
     checkpoint = resume and any(Path(output_dir).glob("checkpoint-*"))
     trainer.train(resume_from_checkpoint=True if checkpoint else None)
@@ -253,3 +287,29 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     return TrainReport(steps=trainer.state.global_step, rewards=step_rewards, changed_tensors=int(changed),
                        total_tensors=len(before), max_abs_delta=max_delta, wall_s=round(wall, 2),
                        output_dir=str(output_dir), log=log, components=components)
+
+
+def _train_env(model: Any, tokenizer: Any, rows: list[dict[str, Any]], output_dir: str | Path, env: EnvironmentRun,
+               before: dict[str, Any], *, steps: int, num_generations: int, batch_size: int,
+               max_completion_length: int, learning_rate: float, seed: int, callbacks: list[Any] | None, save: bool,
+               save_steps: int, resume: bool, temperature: float, gpu: bool) -> TrainReport:
+    """GRPO over multi-turn environment rollouts: TRL's ``environment_factory`` with the environment's reward."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    if not rows or any("prompt" not in r for r in rows):
+        raise InputError("environment rows need a 'prompt' column (messages); the environment builds them")
+    env.prepare_tokenizer(tokenizer)
+    keys = sorted({k for r in rows for k in r})
+    columns = {k: [r.get(k) for r in rows] for k in keys}
+    config = GRPOConfig(
+        output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=batch_size,
+        num_generations=num_generations, max_completion_length=max_completion_length, use_vllm=False,
+        use_cpu=not gpu, bf16=False, gradient_checkpointing=False, learning_rate=learning_rate, report_to="none",
+        logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+        save_total_limit=1, save_only_model=False, seed=seed, temperature=temperature, dataloader_num_workers=0,
+        max_tool_calling_iterations=env.max_tool_calls,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=[env.reward], args=config, train_dataset=Dataset.from_dict(columns),
+                          processing_class=tokenizer, callbacks=list(callbacks or []), environment_factory=env.factory)
+    return _run(trainer, tokenizer, output_dir, before, save=save, resume=resume, components=[])

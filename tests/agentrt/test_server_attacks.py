@@ -85,7 +85,8 @@ def test_a_router_naming_a_fifo_is_400_and_the_fifo_is_never_opened(server, tmp_
 
 @pytest.mark.parametrize("spec", ["learned:/dev/zero", "learned:/etc", "learned:/etc/passwd",
                                   "learned:/no/such/router.json", "learned:router.json", "learned:r001/../../x",
-                                  "learned:shipped:../../etc/passwd", "cascade:/etc/passwd", "/etc/passwd"])
+                                  "learned:shipped:../../etc/passwd", "cascade:/etc/passwd", "/etc/passwd",
+                                  "self:/etc", "self:policy"])
 def test_every_file_naming_router_spec_is_the_same_400(server, spec):
     base, _, _, _ = server
     r = httpx.post(f"{base}/v1/chat/completions", json=_chat(router=spec), headers=AUTH, timeout=30)

@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
     t.add_argument("--num-generations", type=int, default=4, help="completions sampled per prompt: the GRPO group (default 4)")
     t.add_argument("--batch-size", type=int, default=4, help="completions per device batch (default 4)")
-    t.add_argument("--max-completion-length", type=int, default=16, help="new tokens per completion (default 16)")
+    t.add_argument("--max-completion-length", type=int, default=None,
+                   help="new tokens per completion (default 16; with --env a whole episode, tool results included: 256)")
     t.add_argument("--learning-rate", type=float, default=1e-4, help="learning rate (default 1e-4)")
     t.add_argument("--model-dir", help="a Hugging Face model folder (default: the embedded SmolLM2-135M)")
     t.add_argument("--reward", choices=["verifier", "rlcr"], default="verifier",
@@ -68,7 +69,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "evaluation with the best held-out RLCR reward is saved (so report on other items)")
     t.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
                    help="keep a checkpoint every N steps (model + optimizer); a later run with the same --out resumes")
+    t.add_argument("--env", metavar="ENV", help="train on an environment's episodes instead of --data: search:CORPUS "
+                   "(multi-turn search, TRL's environment_factory; docs/environments.md) or strategy")
+    t.add_argument("--holdout", type=float, default=0.2, help="--env: share of the questions never trained on "
+                   "(a stable hash split; the watch and env_bench score them; default 0.2)")
+    t.add_argument("--env-budget", type=int, default=1024, help="--env search: token budget of an episode (default 1024)")
+    t.add_argument("--env-max-steps", type=int, default=6, help="--env search: actions per episode (default 6)")
+    t.add_argument("--k", type=int, default=3, help="--env search: passages a search shows (default 3)")
+    t.add_argument("--suite", action="append", help="--env search:NAME|PATH over a corpus of your own: its questions "
+                   "(a suite name or FILE.jsonl; repeatable)")
     t.add_argument("--json", action="store_true", help="print the report as JSON")
+    from agentrt.app.commands._strategy import add_arguments as strategy_arguments
+
+    strategy_arguments(t)  # --outcomes, --leave-out, --lambda, ...
     t.set_defaults(func=cmd_train_policy)
 
 
@@ -119,15 +132,28 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
     from agentrt.core.config import load_settings
     from agentrt.train.grpo import read_prompt_rows, toy_capital_rows, train_grpo
 
-    rows = read_prompt_rows(args.data) if args.data else toy_capital_rows()
     out = args.out or str(load_settings(args.config).home / "grpo")
+    if args.env == "strategy":  # the strategy environment: agentrt/app/commands/_strategy.py
+        from agentrt.app.commands._strategy import cmd_strategy
+
+        return cmd_strategy(args)
+    if args.env:
+        from agentrt.app.commands._train_env import train_env
+
+        report, watch = train_env(args, out)
+        return _print_report(args, report, watch)
+    rows = read_prompt_rows(args.data) if args.data else toy_capital_rows()
     watch = _watch(args, out) if args.watch else None
     report = train_grpo(rows, out, model_dir=args.model_dir, steps=args.steps, num_generations=args.num_generations,
-                        batch_size=args.batch_size, max_completion_length=args.max_completion_length,
+                        batch_size=args.batch_size, max_completion_length=args.max_completion_length or 16,
                         learning_rate=args.learning_rate, reward=args.reward, confidence=args.confidence,
                         callbacks=[watch] if watch else [], save_steps=args.checkpoint_every, resume=args.checkpoint_every > 0,
                         confidence_temperature=args.confidence_temperature, train=args.train_part,
                         train_layers=args.train_layers, temperature=args.temperature)
+    return _print_report(args, report, watch)
+
+
+def _print_report(args: argparse.Namespace, report, watch) -> int:
     log = watch.log if watch else None
     if args.json:
         print(json.dumps({**report.to_dict(), **({"watch_best_step": log.best_step, "watch_restored": log.restored,
@@ -140,6 +166,10 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
         if report.components and args.reward == "rlcr":
             last = report.components[-1]
             print("last step: " + ", ".join(f"{k} {v:.3f}" for k, v in last.items()))
+        env = [e for e in report.log if "env/searched_before_answer" in e]
+        if env:
+            print(f"last step: searched before answering {env[-1]['env/searched_before_answer']:.2f}, "
+                  f"answered with the tool {env[-1]['env/answer_tool']:.2f}, steps {env[-1]['env/steps']:.2f}")
         if log:
             print(f"watch: {len(log.entries)} evaluations (OUT/watch.png); saved policy: "
                   f"{log.restored or f'the last step (best held-out value at step {log.best_step})'}")
@@ -167,6 +197,6 @@ def _watch(args: argparse.Namespace, out: str):
         model_dir = embedded_model_path(load_settings(args.config).models_dir)
     ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).requires_grad_(False)
     held = HeldOut(rlcr_rows(read_prompt_rows(args.watch)), AutoTokenizer.from_pretrained(model_dir), reference=ref,
-                   max_answer_tokens=args.max_completion_length)
+                   max_answer_tokens=args.max_completion_length or 16)
     return make_watch(held, Path(out) / "watch", every=args.watch_every, stop_early=not args.no_stop_early,
                       keep_best=not args.keep_last)

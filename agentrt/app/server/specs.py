@@ -1,6 +1,6 @@
 """The router specs a request may name (``request_router``): a request never names a server-side file.
 
-``learned:PATH`` (or anything else that is not ``auto``, ``rules``, ``self``, ``cascade``, ``fixed:<action>``
+``learned:PATH``, ``self:PATH`` (or anything else that is not ``auto``, ``rules``, ``self``, ``cascade``, ``fixed:<action>``
 or a registry version ``learned:r003`` / ``learned:shipped:NAME``) is refused from its text alone, before
 any file system call, so the answer tells nothing about the server's files either. Specs that read a file
 come only from the server's own config and flags. ``parse_body`` (the door every endpoint's body goes
