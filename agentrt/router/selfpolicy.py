@@ -15,10 +15,14 @@ question features, no words. Its evidence, as for the learned router (``agentrt.
 effective sample size: the training runs of ``a`` whose signals lie within the kernel bandwidth of these. At least
 ``router_min_evidence`` -> ``calibrated``; fewer -> ``insufficient_evidence``, and the estimates shrink toward
 each action's training success rate (``evidence.shrunk``, fallback ``prior``), as the learned router does.
-Expected tokens per action are the training runs' mean. The decision is the utility rule every router shares
-(``choose``), so its propensities (argmax: 1; ``router_temperature`` / ``router_epsilon``: the sampling
-probabilities) are logged in the route decision as for any router; the label distribution is logged in its
-features (``label_p_<action>``).
+Expected tokens per action are the training runs' mean. **The decision is the policy's own**: its most probable
+label among the actions the run allows (``label_choice``: the same guards every router has, e.g. no plan without an
+index, no action whose expected tokens exceed the budget), picked by ``choose`` with the label distribution as the
+score and no price or floors, so its propensities (argmax: 1; ``router_temperature`` / ``router_epsilon``: the
+sampling probabilities) are logged in the route decision as for any router. The calibrated p_success is what the
+decision reports (ECE, AUROC, evidence), not what it maximises: a router that re-ranked the routes by it would be
+the learned router again, not the policy routing itself. The label distribution is logged in its features
+(``label_p_<action>``).
 
 A policy folder without ``self_router.json`` (any hf policy) still routes: p_success is the label probability
 itself, tokens the rules' a priori cost, state ``insufficient_evidence`` (never ``calibrated``).
@@ -131,6 +135,18 @@ class SelfCalibration:
                               "agentrt train-policy --grpo --env strategy, or delete it to route uncalibrated") from None
 
 
+def label_choice(router: str, label_p: dict[str, float], p_success: dict[str, float],
+                 tokens: dict[str, float], budget: int, cfg: UtilityConfig, *,
+                 features: dict[str, Any] | None = None) -> RouteDecision:
+    """The policy's own decision: its most probable label among the actions the run allows (``choose`` with the
+    label distribution as the score, no price, no floors); the decision reports the calibrated ``p_success``."""
+    actions = tuple(a for a in cfg.actions if a in p_success and a in label_p)
+    d = choose(router, {a: label_p[a] for a in actions}, tokens, budget,
+               cfg.model_copy(update={"actions": actions, "lam": 0.0, "floors": {}}), features=features)
+    d.p_success = {a: round(v, 4) for a, v in p_success.items()}
+    return d
+
+
 class SelfPolicyRouter:
     """Routes with the label distribution of the policy at ``path`` (see the module docstring)."""
 
@@ -168,7 +184,6 @@ class SelfPolicyRouter:
     def decide_from(self, label_p: dict[str, float], features: dict[str, float], budget: int) -> RouteDecision:
         """The decision for a label distribution (the bench calls this with precomputed distributions)."""
         feats = {**features, **{f"label_p_{a}": round(p, 4) for a, p in label_p.items()}}
-        top = max(label_p, key=label_p.get)
         if self.calibration is None:
             from agentrt.router.rules import expected_tokens
 
@@ -177,17 +192,16 @@ class SelfPolicyRouter:
             d.state, d.router_version = ev.INSUFFICIENT, self.version
             return d
         p, tokens, sizes = self.calibration.predict(label_p)
-        cfg = self.cfg.model_copy(update={"actions": tuple(a for a in self.cfg.actions if a in p)})
-        d = choose(self.name, p, tokens, budget, cfg, features=feats)
+        d = label_choice(self.name, label_p, p, tokens, budget, self.cfg, features=feats)
         minimum = float(getattr(self.settings, "router_min_evidence", ev.MIN_EVIDENCE))
         if sizes.get(d.action, 0.0) >= minimum:
             d.calibrated, d.state = True, ev.CALIBRATED
-            d.reason = f"{d.action}: the policy prefers '{top}' (p {label_p[top]:.2f}); " + d.reason
+            d.reason = f"{d.action}: the policy's own choice (p {label_p[d.action]:.2f}); p_success calibrated"
         else:
             base = {a: c.base_rate for a, c in self.calibration.actions.items()}
-            d = choose(self.name, ev.shrunk(p, sizes, base, minimum), tokens, budget, cfg, features=feats)
+            d.p_success = {a: round(v, 4) for a, v in ev.shrunk(p, sizes, base, minimum).items()}
             d.state, d.fallback = ev.INSUFFICIENT, "prior"
-            d.reason = (f"{d.action}: few training runs had this label probability for the action it would take; "
-                        "estimates shrunk toward each action's training rate; " + d.reason)
+            d.reason = (f"{d.action}: the policy's own choice (p {label_p[d.action]:.2f}); few training runs had "
+                        "this label distribution: p_success shrunk toward the action's training rate")
         d.evidence, d.router_version = sizes, self.version
         return d

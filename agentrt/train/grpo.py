@@ -157,6 +157,30 @@ def _freeze_below(model: Any, top: int) -> None:
         norm.requires_grad_(True)
 
 
+def load_trainable(model_dir: str | Path | None, seed: int, train_layers: int) -> tuple[Any, Any, Any, dict]:
+    """The policy to train (default: the embedded SmolLM2-135M), offline, seeded, its layers below the top
+    ``train_layers`` frozen; returns (settings, model, tokenizer, a copy of its weights before training)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrt.core.config import load_settings
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings = load_settings()
+    if model_dir is None:
+        from agentrt.backends.embedded import embedded_model_path
+
+        model_dir = embedded_model_path(settings.models_dir)
+    # One thread is as fast on a shared 2-core machine and far kinder to neighbours (FACTS).
+    torch.set_num_threads(settings.torch_threads)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if train_layers > 0:
+        _freeze_below(model, train_layers)
+    return settings, model, tokenizer, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
 def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir: str | Path | None = None,
                steps: int = 2, num_generations: int = 4, batch_size: int = 4, max_completion_length: int = 16,
                learning_rate: float = 1e-4, seed: int = 0, reward: str = "verifier", confidence: str = "tail",
@@ -201,29 +225,14 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
     try:
         import torch
         from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import transformers  # noqa: F401 - checked here so a missing extra is one line
         from trl import GRPOConfig, GRPOTrainer
     except ImportError as e:
         raise missing_extra(e.name or "trl", "train") from None
     from agentrt.trajectory import rewards
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental hook
-    from agentrt.core.config import load_settings
-
-    settings = load_settings()
-    if model_dir is None:
-        from agentrt.backends.embedded import embedded_model_path
-
-        model_dir = embedded_model_path(settings.models_dir)
-    # One thread is as fast on a shared 2-core machine and far kinder to neighbours (FACTS).
-    torch.set_num_threads(settings.torch_threads)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if train_layers > 0:
-        _freeze_below(model, train_layers)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    _, model, tokenizer, before = load_trainable(model_dir, seed, train_layers)
     if environment is not None:
         return _train_env(model, tokenizer, rows, output_dir, environment, before, steps=steps,
                           num_generations=num_generations, batch_size=batch_size,

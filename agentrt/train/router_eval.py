@@ -143,8 +143,9 @@ def config(lam: float, actions: tuple[str, ...], floors: dict[str, float] | None
 
 
 def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Example], cfg: UtilityConfig,
-             rounds: int = 1000, seed: int = 0) -> PolicyEval:
-    """DR value (with interval), success, tokens, ECE, AUROC and abstain precision/recall on ``examples``."""
+             rounds: int = 1000, seed: int = 0, pick: Callable[[Example], str] | None = None) -> PolicyEval:
+    """DR value (with interval), success, tokens, ECE, AUROC and abstain precision/recall on ``examples``.
+    ``pick``: the policy's action per example when it is not the utility rule over ``estimate`` (a self router)."""
     terms, succ, toks, probs, outcomes = [], [], [], [], []
     calls: list[tuple[float, float] | None] = []
     per_action: dict[str, tuple[list[float], list[float]]] = {}
@@ -155,17 +156,17 @@ def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Exampl
     for e in examples:
         p, tokens = estimate(e)
         p = {a: v for a, v in p.items() if a in cfg.actions}
-        pick = choose(name, p, {a: tokens[a] for a in p}, e.budget, cfg).action
-        chosen[pick] = chosen.get(pick, 0) + 1
-        abstained[e.question] = pick == "abstain"
+        action = pick(e) if pick else choose(name, p, {a: tokens[a] for a in p}, e.budget, cfg).action
+        chosen[action] = chosen.get(action, 0) + 1
+        abstained[e.question] = action == "abstain"
         unanswerable[e.question] = not e.answerable
         qp, qt = q(e)
-        w = min(MAX_WEIGHT, 1 / e.propensity) * float(pick == e.action)
+        w = min(MAX_WEIGHT, 1 / e.propensity) * float(action == e.action)
         value = lambda a: qp.get(a, 0.0) - lam * qt.get(a, 0.0) / e.budget  # noqa: E731
         reward = e.reward - lam * e.tokens / e.budget
-        terms.append(value(pick) + w * (reward - value(e.action)))
-        succ.append(qp.get(pick, 0.0) + w * (e.success - qp.get(e.action, 0.0)))
-        toks.append(qt.get(pick, 0.0) + w * (e.tokens - qt.get(e.action, 0.0)))
+        terms.append(value(action) + w * (reward - value(e.action)))
+        succ.append(qp.get(action, 0.0) + w * (e.success - qp.get(e.action, 0.0)))
+        toks.append(qt.get(action, 0.0) + w * (e.tokens - qt.get(e.action, 0.0)))
         calls.append((p[e.action], e.success) if e.action in p else None)
         if e.action in p:
             probs.append(p[e.action])

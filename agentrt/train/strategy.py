@@ -35,7 +35,7 @@ from typing import Any
 from agentrt.core.errors import InputError, missing_extra
 from agentrt.core.types import ROUTES
 from agentrt.router.selfpolicy import CALIBRATION_FILE, ActionCalibration, SelfCalibration, messages, parse_label, softmax
-from agentrt.train.grpo import TrainReport, _freeze_below
+from agentrt.train.grpo import TrainReport, load_trainable
 from agentrt.train.outcomes import OutcomeCache
 from agentrt.train.watch import HeldOut
 
@@ -152,13 +152,34 @@ def label_distributions(model: Any, tokenizer: Any, questions: list[str], batch:
     return [softmax({a: sum(lp) for a, lp in p.items()}) for p in per]
 
 
-def label_rollout(temperature: float = 1.0, seed: int = 0) -> Any:
-    """A TRL ``rollout_func``: each prompt's completion is one route label drawn from the policy's label
-    distribution (the small model, asked freely, writes "The capital of France" instead of a label: no group
-    would differ in reward). The loss then moves the label tokens' log-probabilities, the signal ``self:PATH``
-    routes by."""
+EXPLORE_SHARE = 0.5  # the default share of each GRPO group whose labels are drawn uniformly (see label_rollout)
 
+
+def label_rollout(temperature: float = 1.0, seed: int = 0, explore_share: float = EXPLORE_SHARE) -> Any:
+    """A TRL ``rollout_func``: each prompt's completion is one route label (the small model, asked freely, writes
+    "The capital of France" instead of a label: no group would differ in reward). The loss then moves the label
+    tokens' log-probabilities, the signal ``self:PATH`` routes by.
+
+    ``explore_share``: that share of each group (``trainer.num_generations`` consecutive completions of one
+    prompt, ``round(share * N)`` of them) gets labels drawn uniformly over the six routes, the rest from the
+    policy's distribution. The uniform draws are stratified (dealt from a reshuffled deck of the six labels), so
+    a group of N >= 6 / share holds every label, and any group holds no label twice before it holds each once.
+    Why: a policy that puts ~1% on a label (``abstain``: three tokens, each paying its own probability) never
+    samples it, so GRPO never learns what it is worth. The returned logprobs stay the policy's own and GRPO's
+    loss recomputes them on the policy, so the update still raises the labels whose reward beats the group
+    mean, whichever way they were drawn; exploration only decides which labels get compared.
+    Default 0.5: every label keeps at least share / 6 ~ 8% per draw (at the bench's 8 completions a step and 12
+    steps, ~8 uniform draws of each label), while on-policy draws stay at least half of each group, so the group
+    mean, GRPO's baseline, stays half the policy's own value (the uniform half pulls it toward the mean route)."""
+    if not 0.0 <= explore_share <= 1.0:
+        raise InputError(f"--explore-share must be in [0, 1]; got {explore_share}")
     rng = random.Random(seed)
+    deck: list[str] = []
+
+    def uniform() -> str:
+        if not deck:
+            deck.extend(rng.sample(ROUTES, len(ROUTES)))
+        return deck.pop()
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         from agentrt.train._confidence_gen import prompt_ids
@@ -170,6 +191,12 @@ def label_rollout(temperature: float = 1.0, seed: int = 0) -> Any:
         for p in per:
             dist = softmax({a: sum(lp) / temperature for a, lp in p.items()})
             labels.append(rng.choices(list(dist), weights=list(dist.values()))[0])
+        # TRL repeats each prompt num_generations times in a row: those are the groups
+        n = max(1, int(getattr(trainer, "num_generations", None) or len(labels)))
+        for g in range(0, len(labels), n):
+            size = min(n, len(labels) - g)
+            for i in rng.sample(range(g, g + size), round(explore_share * size)):
+                labels[i] = uniform()
         return {"prompt_ids": ids, "completion_ids": [tokenizer(a, add_special_tokens=False).input_ids for a in labels],
                 "logprobs": [p[a] for p, a in zip(per, labels)]}
 
@@ -257,36 +284,25 @@ def train_strategy(cache: OutcomeCache, output_dir: str | Path, *, train_questio
                    model_dir: str | Path | None = None, steps: int = 20, num_generations: int = 6, batch_size: int = 12,
                    max_completion_length: int = 4, learning_rate: float = 3e-5, temperature: float = 1.0,
                    seed: int = 0, callbacks: list[Any] | None = None, save_steps: int = 0, resume: bool = False,
-                   train_layers: int = 0, calibrate_on: int = 400, provenance: dict[str, Any] | None = None
-                   ) -> tuple[TrainReport, dict[str, Any]]:
+                   train_layers: int = 0, calibrate_on: int = 400, provenance: dict[str, Any] | None = None,
+                   explore_share: float = EXPLORE_SHARE) -> tuple[TrainReport, dict[str, Any]]:
     """GRPO on the training questions; the policy saved at ``output_dir`` with its ``self_router.json``.
 
     Returns (the trainer's report, extras: the reward ``sources`` counts and the calibration's summary).
-    ``calibrate_on``: at most that many training questions (a stable sample) calibrate the self router."""
+    ``calibrate_on``: at most that many training questions (a stable sample) calibrate the self router.
+    ``explore_share``: the share of each group's labels drawn uniformly (``label_rollout``)."""
     if steps < 1 or num_generations < 2 or batch_size % num_generations:
         raise InputError("need steps >= 1, num_generations >= 2 and batch_size a multiple of num_generations")
+    rollout = label_rollout(temperature, seed, explore_share)  # checks the share before the model loads
     try:
         import torch
         from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import transformers  # noqa: F401 - checked here so a missing extra is one line
         from trl import GRPOConfig, GRPOTrainer
     except ImportError as e:
         raise missing_extra(e.name or "trl", "train") from None
-    from agentrt.core.config import load_settings
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    settings = load_settings()
-    if model_dir is None:
-        from agentrt.backends.embedded import embedded_model_path
-
-        model_dir = embedded_model_path(settings.models_dir)
-    torch.set_num_threads(settings.torch_threads)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if train_layers > 0:
-        _freeze_below(model, train_layers)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    _, model, tokenizer, before = load_trainable(model_dir, seed, train_layers)
     means = cache.means(train_questions, lam)
     stats = RewardStats()
     data = rows(train_questions)
@@ -301,7 +317,7 @@ def train_strategy(cache: OutcomeCache, output_dir: str | Path, *, train_questio
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental hook
     trainer = GRPOTrainer(model=model, reward_funcs=reward_fn(cache, lam, means, stats), args=config,
                           train_dataset=Dataset.from_list(data), processing_class=tokenizer,
-                          callbacks=list(callbacks or []), rollout_func=label_rollout(temperature, seed))
+                          callbacks=list(callbacks or []), rollout_func=rollout)
     started = time.perf_counter()
     checkpoint = resume and any(Path(output_dir).glob("checkpoint-*"))
     trainer.train(resume_from_checkpoint=True if checkpoint else None)
@@ -323,7 +339,7 @@ def train_strategy(cache: OutcomeCache, output_dir: str | Path, *, train_questio
     report = TrainReport(steps=trainer.state.global_step, rewards=[float(e["reward"]) for e in log if "reward" in e],
                          changed_tensors=int(changed), total_tensors=len(before), max_abs_delta=max_delta,
                          wall_s=round(wall, 2), output_dir=str(output_dir), log=log)
-    extras = {"sources": stats.to_dict(),
+    extras = {"sources": stats.to_dict(), "explore_share": explore_share,
               "calibration": {a: {"runs": c.runs, "base_rate": c.base_rate, "tokens": c.tokens}
                               for a, c in calibration.actions.items()}}
     (Path(output_dir) / "strategy.json").write_text(json.dumps({**report.to_dict(), **extras}, indent=1))
@@ -331,26 +347,28 @@ def train_strategy(cache: OutcomeCache, output_dir: str | Path, *, train_questio
 
 
 def self_estimator(calibration: SelfCalibration, label_ps: dict[str, dict[str, float]], settings: Any) -> Any:
-    """The ``self:PATH`` router as the runtime runs it (``SelfPolicyRouter.decide_from``), as an off-policy
-    estimator (``router_eval.evaluate``): per logged run, its question's (p_success, expected tokens), shrunk
-    toward the base rates where the action it would take lacks evidence. ``label_ps``: question -> pi(a | q).
-    Returns (estimator, calibrated), as ``router_eval.deciding_estimator`` does for the learned router."""
-    from agentrt.router.decision import choose
+    """The ``self:PATH`` router as the runtime runs it (``SelfPolicyRouter.decide_from``), for the off-policy
+    evaluation (``router_eval.evaluate``): per logged run, the action the policy picks (``label_choice``: its most
+    probable allowed label) and its question's (p_success, expected tokens), shrunk toward the base rates where
+    that action lacks evidence. ``label_ps``: question -> pi(a | q). Returns (estimator, calibrated, pick):
+    pass ``pick`` to ``evaluate`` (the decision is the policy's, not the utility rule over the estimates)."""
     from agentrt.router.evidence import MIN_EVIDENCE, shrunk
+    from agentrt.router.selfpolicy import label_choice
     from agentrt.train.router_eval import config
 
     minimum = float(getattr(settings, "router_min_evidence", MIN_EVIDENCE))
     base = {a: c.base_rate for a, c in calibration.actions.items()}
     cfg = config(calibration.lam, tuple(calibration.actions))
-    cache: dict[tuple[str, int], tuple[tuple[dict[str, float], dict[str, float]], bool]] = {}
+    cache: dict[tuple[str, int], tuple[tuple[dict[str, float], dict[str, float]], bool, str]] = {}
 
-    def decide(e: Any) -> tuple[tuple[dict[str, float], dict[str, float]], bool]:
+    def decide(e: Any) -> tuple[tuple[dict[str, float], dict[str, float]], bool, str]:
         key = (e.question, e.budget)
         if key not in cache:
-            p, tokens, sizes = calibration.predict(label_ps[e.question])
-            pick = choose("self", p, tokens, e.budget, cfg).action
+            label_p = label_ps[e.question]
+            p, tokens, sizes = calibration.predict(label_p)
+            pick = label_choice("self", label_p, p, tokens, e.budget, cfg).action
             ok = sizes.get(pick, 0.0) >= minimum
-            cache[key] = ((p if ok else shrunk(p, sizes, base, minimum), tokens), ok)
+            cache[key] = ((p if ok else shrunk(p, sizes, base, minimum), tokens), ok, pick)
         return cache[key]
 
-    return (lambda e: decide(e)[0]), (lambda e: decide(e)[1])
+    return (lambda e: decide(e)[0]), (lambda e: decide(e)[1]), (lambda e: decide(e)[2])

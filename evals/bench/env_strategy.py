@@ -47,6 +47,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--calibrate-on", type=int, default=120, help="strategy: training questions that calibrate the "
                    "self router (default 120)")
     g.add_argument("--lambda", dest="lam", type=float, default=0.3)
+    g.add_argument("--explore-share", type=float, default=None, help="strategy: share of each GRPO group's labels "
+                   "drawn uniformly (default: train_strategy's, 0.5; 0 = on-policy only, the earlier runs)")
     g.add_argument("--work", help="strategy: folder for the trained policies (default: a temporary one)")
     g.add_argument("--json-out", help="strategy: write the figures here as JSON")
 
@@ -82,15 +84,17 @@ def one_split(name: str, cache, examples, train_q, held_q, args, settings, finge
                                     num_generations=args.num_generations, batch_size=args.batch_size,
                                     max_completion_length=3, learning_rate=args.learning_rate,
                                     train_layers=args.train_layers, calibrate_on=args.calibrate_on,
-                                    provenance={"split": name})
+                                    provenance={"split": name},
+                                    **({} if args.explore_share is None else {"explore_share": args.explore_share}))
     model = AutoModelForCausalLM.from_pretrained(folder)
     label_ps = dict(zip(held_q, label_distributions(model, AutoTokenizer.from_pretrained(folder), held_q)))
-    estimate, calibrated = self_estimator(SelfCalibration.load(folder / CALIBRATION_FILE), label_ps, settings)
-    ev = evaluate("self", estimate, q, held_ex, cfg)
+    estimate, calibrated, pick = self_estimator(SelfCalibration.load(folder / CALIBRATION_FILE), label_ps, settings)
+    ev = evaluate("self", estimate, q, held_ex, cfg, pick=pick)
     top = [max(p, key=p.get) for p in label_ps.values()]
     out["self"] = {**_figures(ev), "calibrated_share": _share(calibrated, held_ex),
                    "train_rewards": [round(r, 3) for r in report.rewards], "sources": extras["sources"],
-                   "top_labels": {a: top.count(a) for a in sorted(set(top))}, "grpo_wall_s": report.wall_s}
+                   "top_labels": {a: top.count(a) for a in sorted(set(top))}, "grpo_wall_s": report.wall_s,
+                   "explore_share": extras["explore_share"]}
     return out
 
 

@@ -24,8 +24,8 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(argv: list[str], home: Path, env: dict[str, str], *, timeout_s: float = 300,
-                   poll_s: float = 0.2) -> Iterator[str]:
-    """Run ``argv + ["--port", P]`` until it answers /healthz; yields its base URL; SIGTERM (then SIGKILL) by PID."""
+                   poll_s: float = 0.2, health: str = "/healthz") -> Iterator[str]:
+    """Run ``argv + ["--port", P]`` until it answers ``health``; yields its base URL; SIGTERM (then SIGKILL) by PID."""
     port = free_port()
     log = open(home / "server.log", "w")
     proc = subprocess.Popen([*argv, "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -36,7 +36,7 @@ def running_server(argv: list[str], home: Path, env: dict[str, str], *, timeout_
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited: {(home / 'server.log').read_text()[-2000:]}")
             try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                if httpx.get(f"{base}{health}", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

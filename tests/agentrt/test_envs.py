@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+from _servers import running_server
 
 from agentrt.app.cli import main
 from agentrt.core.config import load_settings
@@ -24,7 +22,6 @@ from agentrt.envs.strategy import StrategyEpisode
 from agentrt.envs.suite import SuiteEpisode
 from agentrt.trajectory import RewardBreakdown, TrajectoryWriter, read_trajectories
 
-ROOT = Path(__file__).resolve().parents[2]
 PASSAGES = [
     {"title": "Lake Vostok", "text": "Lake Vostok is the largest subglacial lake in Antarctica, buried under about "
                                       "four kilometres of ice near the Russian Vostok Station."},
@@ -225,38 +222,9 @@ def test_env_list_names_the_environments(capsys):
 @contextmanager
 def serving(home: Path, *args: str, timeout_s: float = 600) -> Iterator[str]:
     """`agentrt env serve ARGS --port P` until /health answers; yields its URL; stopped by PID."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(home.parent / "env-server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "agentrt.app.cli", "env", "serve", *args, "--port", str(port)],
-                            env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {(home.parent / 'env-server.log').read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the env server did not become healthy")
-            time.sleep(0.3)
+    argv = [sys.executable, "-m", "agentrt.app.cli", "env", "serve", *args]
+    with running_server(argv, home.parent, dict(os.environ), timeout_s=timeout_s, poll_s=0.3, health="/health") as base:
         yield base
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)  # by PID, never by name
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def _client(base: str):

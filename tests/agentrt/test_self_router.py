@@ -87,6 +87,8 @@ def test_calibrated_decision_and_its_fallback_out_of_evidence(policy_dir):
     unsure = {"direct": math.exp(-9.0), "reason": math.exp(-9.0), "abstain": 1.0, "plan": 0.0, "read": 0.0, "ask": 0.0}
     d = router.decide_from(unsure, {}, 1000)
     assert d.state == INSUFFICIENT and not d.calibrated and d.fallback == "prior"
+    # the decision is the policy's own top label, not a re-ranking by the calibrated estimates
+    assert d.action == "abstain" and d.propensity == 1.0
     assert d.p_success["direct"] == pytest.approx(0.4, abs=0.02)  # ~ the base rate, not sigmoid(-16)
 
 

@@ -129,3 +129,35 @@ def test_train_policy_on_the_strategy_env_and_route_with_it(tmp_path, capsys):
     d = asyncio.run(router.decide(q, extract(q), 1000))
     assert d.router == "self" and d.action in ("direct", "reason") and d.propensity == 1.0
     assert set(d.evidence) == set(cal.actions) and d.state in ("calibrated", "insufficient_evidence")
+
+
+def test_the_exploration_share_tries_every_label_in_a_group():
+    """On this question the base policy gives ``direct`` 94% of its label mass and ``plan``, ``ask``, ``abstain``
+    about 1% each: drawn only from the policy, a group of 12 misses some label, so GRPO never learns its worth. With the exploration share half of each group is dealt uniformly
+    over the six labels, and the logprobs GRPO is handed stay the policy's own."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrt.backends.embedded import embedded_model_path
+    from agentrt.core.types import ROUTES
+    from agentrt.router.selfpolicy import messages
+    from agentrt.train.strategy import label_logprobs, label_rollout
+
+    folder = embedded_model_path(Settings().models_dir)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    prompts = [[m.to_dict() for m in messages("Who directed the film that won Best Picture in 1998?")]] * 12
+    trainer = SimpleNamespace(model=model, processing_class=tokenizer, num_generations=12)
+
+    def labels(out):
+        return [tokenizer.decode(ids) for ids in out["completion_ids"]]
+
+    on_policy = labels(label_rollout(seed=0, explore_share=0.0)(prompts, trainer))
+    assert set(on_policy) < set(ROUTES) and on_policy.count("direct") >= 8, on_policy
+    out = label_rollout(seed=0, explore_share=0.5)(prompts, trainer)
+    got = labels(out)
+    assert set(got) == set(ROUTES), got
+    own = label_logprobs(model, tokenizer, out["prompt_ids"][:1])[0]
+    assert all(lp == pytest.approx(own[a]) for lp, a in zip(out["logprobs"], got))
+    with pytest.raises(InputError, match="--explore-share"):
+        label_rollout(explore_share=1.5)

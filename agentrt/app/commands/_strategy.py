@@ -19,6 +19,10 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
                    help="strategy: hold out every question of these suites (leave-one-suite-out)")
     g.add_argument("--lambda", dest="lam", type=float, help="strategy: token price (default: settings.router_lambda)")
     g.add_argument("--no-watch", action="store_true", help="strategy: skip the watch on the held-out questions")
+    g.add_argument("--explore-share", type=float, default=None, metavar="S",
+                   help="strategy: share of each GRPO group whose labels are drawn uniformly over the six routes, "
+                        "the rest from the policy (default 0.5; 0 = on-policy only): a label the policy gives ~1%% "
+                        "is otherwise never tried, so never learned")
     g.add_argument("--save-outcomes", metavar="FILE", help="strategy: also write the outcome cache (.cells.jsonl)")
 
 
@@ -27,7 +31,7 @@ def cmd_strategy(args: argparse.Namespace) -> int:
     from agentrt.core.config import load_settings
     from agentrt.core.errors import InputError
     from agentrt.train.outcomes import load_outcomes
-    from agentrt.train.strategy import StrategyHeldOut, rows, split, train_strategy
+    from agentrt.train.strategy import EXPLORE_SHARE, StrategyHeldOut, rows, split, train_strategy
 
     if not args.outcomes:
         raise InputError("--env strategy needs --outcomes DIR... (exploration trajectories: agentrt learn --explore-only)")
@@ -61,8 +65,9 @@ def cmd_strategy(args: argparse.Namespace) -> int:
         max_completion_length=args.max_completion_length or 3, learning_rate=args.learning_rate,
         temperature=args.temperature, callbacks=[watch] if watch else [], save_steps=args.checkpoint_every,
         resume=args.checkpoint_every > 0, train_layers=args.train_layers,
+        explore_share=EXPLORE_SHARE if args.explore_share is None else args.explore_share,
         provenance={"outcomes": [str(p) for p in args.outcomes], "leave_out": list(args.leave_out),
-                    "holdout": args.holdout})
+                    "holdout": args.holdout, "explore_share": args.explore_share})
     log = watch.log if watch else None
     if args.json:
         print(json.dumps({**report.to_dict(), **extras, "training_questions": len(train_q), "held_out": len(held_q),
