@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import Field
 
 from agentrt.core.errors import UserError, missing_extra
-from agentrt.envs._episode import Scorer
+from agentrt.envs.episode import Scorer
 
 try:
     from openenv.core.env_server import Environment, create_app

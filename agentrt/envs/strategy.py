@@ -25,7 +25,7 @@ from typing import Any
 
 from agentrt.core.answer import check_answer
 from agentrt.core.errors import UserError
-from agentrt.envs._episode import (EpisodeLog, Recorder, Scorer, check_verifier, score_answer, verifier_name,
+from agentrt.envs.episode import (EpisodeLog, Recorder, Scorer, check_verifier, score_answer, verifier_name,
                                    write)
 from agentrt.router import ACTIONS as LABELS
 from agentrt.router.selfpolicy import messages, parse_label

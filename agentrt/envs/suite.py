@@ -17,7 +17,7 @@ from typing import Any
 
 from agentrt.core.answer import check_answer
 from agentrt.core.errors import UserError
-from agentrt.envs._episode import (EpisodeLog, Recorder, Scorer, check_verifier, score_answer, token_counter,
+from agentrt.envs.episode import (EpisodeLog, Recorder, Scorer, check_verifier, score_answer, token_counter,
                                    verifier_name, write)
 from agentrt.trajectory import RewardBreakdown, TrajectoryRecord
 

@@ -151,9 +151,9 @@ def episode_reward(completions: list[Any], environments: list[SearchTools] | Non
 
 def split_questions(questions: list[Question], holdout: float = 0.2) -> tuple[list[Question], list[Question]]:
     """(train, held-out): a stable hash share ``holdout`` of the questions is held out (``agentrt env serve
-    --split``'s rule, ``agentrt.envs._episode.held_out``): training never sees those, the watch and the bench
+    --split``'s rule, ``agentrt.envs.episode.held_out``): training never sees those, the watch and the bench
     score on them."""
-    from agentrt.envs._episode import held_out
+    from agentrt.envs.episode import held_out
 
     train, held = [], []
     for q in questions:

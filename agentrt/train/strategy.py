@@ -38,6 +38,7 @@ from agentrt.router.selfpolicy import CALIBRATION_FILE, ActionCalibration, SelfC
 from agentrt.train.grpo import TrainReport, load_trainable
 from agentrt.train.outcomes import OutcomeCache
 from agentrt.train.watch import HeldOut
+from agentrt.core.config import Settings
 
 INVALID_REWARD = -0.5  # a completion that names no route: below the worst route (score 0, a whole budget spent)
 SIGNAL_SAMPLE = 150  # training signals kept per action for the self router's evidence kernel
@@ -346,7 +347,8 @@ def train_strategy(cache: OutcomeCache, output_dir: str | Path, *, train_questio
     return report, extras
 
 
-def self_estimator(calibration: SelfCalibration, label_ps: dict[str, dict[str, float]], settings: Any) -> Any:
+def self_estimator(calibration: SelfCalibration, label_ps: dict[str, dict[str, float]],
+                   settings: Settings) -> Any:
     """The ``self:PATH`` router as the runtime runs it (``SelfPolicyRouter.decide_from``), for the off-policy
     evaluation (``router_eval.evaluate``): per logged run, the action the policy picks (``label_choice``: its most
     probable allowed label) and its question's (p_success, expected tokens), shrunk toward the base rates where

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from evals.bench.common import parser, results_file, show, table
+from agentrt.core.config import Settings
 
 PARTS = ("search", "strategy")
 
@@ -35,7 +36,7 @@ def _interval(values: list[float], rounds: int = 1000, seed: int = 0) -> tuple[f
     return bootstrap(values, [str(i) for i in range(len(values))], rounds=rounds, seed=seed)
 
 
-def _policy(path: str | None, settings: Any) -> tuple[Any, Any]:
+def _policy(path: str | None, settings: Settings) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -54,7 +55,7 @@ def _policy(path: str | None, settings: Any) -> tuple[Any, Any]:
 
 def run_search(args: argparse.Namespace) -> dict[str, Any]:
     """Base vs trained on the held-out questions of ``search:CORPUS``; the table's figures."""
-    from agentrt.app.commands._train_env import search_questions
+    from agentrt.app.commands.train_env import search_questions
     from agentrt.core.config import load_settings
     from agentrt.envs.trl import SearchTools, play, rows_for, split_questions
 

@@ -44,7 +44,7 @@ def test_tool_template_renders_plain_chats_exactly_as_smollm2_does():
 
 
 def _squad_env():
-    from agentrt.app.commands._train_env import search_questions
+    from agentrt.app.commands.train_env import search_questions
     from agentrt.envs.trl import SearchTools
 
     ns = argparse.Namespace(holdout=0.2, env_max_steps=4, env_budget=1024, k=3)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+from agentrt.core.config import Settings
 
 STRATEGY_SUITES = ("easy", "arith", "unanswerable", "ambiguous", "hotpotqa-index")  # one corpus among them
 
@@ -107,7 +108,7 @@ def _items(suites: list[str], args: argparse.Namespace) -> list[Any]:
     return env_items(suites, limit=args.limit, split=args.split, holdout=args.holdout)
 
 
-def build_spec(kind: str, arg: str, args: argparse.Namespace, settings: Any) -> Any:
+def build_spec(kind: str, arg: str, args: argparse.Namespace, settings: Settings) -> Any:
     """The ``EnvSpec`` of ``kind:arg`` (its questions, its episode factory) from the command's options."""
     from agentrt.envs.openenv_app import EnvSpec
     from agentrt.trajectory import TrajectoryWriter
@@ -161,9 +162,9 @@ def search_source(corpus: str, suites: list[str] | None = None) -> tuple[str, li
 
 def env_items(suites: list[str], *, limit: int | None = None, split: str = "all", holdout: float = 0.2) -> list[Any]:
     """The single-turn questions of ``suites`` (the first ``limit`` of each) on ``split`` (all | train | heldout:
-    ``agentrt.envs._episode.held_out``), as ``EnvItem``s with their verifiers (a name, or the eval's own
+    ``agentrt.envs.episode.held_out``), as ``EnvItem``s with their verifiers (a name, or the eval's own
     scoring for abstain / ask items)."""
-    from agentrt.envs._episode import held_out
+    from agentrt.envs.episode import held_out
     from agentrt.envs.openenv_app import EnvItem
     from agentrt.trajectory.rewards import VERIFIERS
     from evals.outcomes import reward_of

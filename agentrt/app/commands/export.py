@@ -138,7 +138,7 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
 
         return cmd_strategy(args)
     if args.env:
-        from agentrt.app.commands._train_env import train_env
+        from agentrt.app.commands.train_env import train_env
 
         report, watch = train_env(args, out)
         return _print_report(args, report, watch)

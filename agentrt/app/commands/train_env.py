@@ -13,11 +13,12 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any
+from agentrt.core.config import Settings
 
 ENV_COMPLETION_TOKENS = 256  # default --max-completion-length with --env: a whole episode, tool results included
 
 
-def search_questions(corpus: str, args: argparse.Namespace, settings: Any) -> tuple[list[Any], Any]:
+def search_questions(corpus: str, args: argparse.Namespace, settings: Settings) -> tuple[list[Any], Any]:
     """(questions, make_episode) of ``search:corpus``: E1's ``build_spec`` (its questions, its corpus, its
     budgets; episodes recorded under ``$AGENTRT_HOME/trajectories``)."""
     from agentrt.app.commands.env import build_spec
