@@ -157,6 +157,22 @@ def _freeze_below(model: Any, top: int) -> None:
         norm.requires_grad_(True)
 
 
+def cpu_grpo_config(output_dir: str | Path, *, steps: int, batch_size: int, num_generations: int,
+                    max_completion_length: int, learning_rate: float, save_steps: int, seed: int,
+                    temperature: float, gpu: bool, **extra: Any) -> Any:
+    """The GRPOConfig every train-policy mode uses: transformers generation (no vLLM), fp32, one log line a
+    step, a checkpoint every ``save_steps`` (0: none) keeping the last; ``extra`` goes to GRPOConfig as is."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=batch_size,
+        num_generations=num_generations, max_completion_length=max_completion_length, use_vllm=False,
+        use_cpu=not gpu, bf16=False, gradient_checkpointing=False, learning_rate=learning_rate, report_to="none",
+        logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+        save_total_limit=1, save_only_model=False, seed=seed, temperature=temperature, dataloader_num_workers=0,
+        **extra)
+
+
 def load_trainable(model_dir: str | Path | None, seed: int, train_layers: int) -> tuple[Any, Any, Any, dict]:
     """The policy to train (default: the embedded SmolLM2-135M), offline, seeded, its layers below the top
     ``train_layers`` frozen; returns (settings, model, tokenizer, a copy of its weights before training)."""
@@ -226,7 +242,7 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
         import torch
         from datasets import Dataset
         import transformers  # noqa: F401 - checked here so a missing extra is one line
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOTrainer
     except ImportError as e:
         raise missing_extra(e.name or "trl", "train") from None
     from agentrt.trajectory import rewards
@@ -262,13 +278,9 @@ def train_grpo(rows: list[dict[str, Any]], output_dir: str | Path, *, model_dir:
                                              tail_temperature=confidence_temperature,
                                              train_answer=train == "all")
     gpu = torch.cuda.is_available()
-    config = GRPOConfig(
-        output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=batch_size,
-        num_generations=num_generations, max_completion_length=completion_budget, use_vllm=False,
-        use_cpu=not gpu, bf16=False, gradient_checkpointing=False, learning_rate=learning_rate, report_to="none",
-        logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-        save_total_limit=1, save_only_model=False, seed=seed, temperature=temperature, dataloader_num_workers=0,
-    )
+    config = cpu_grpo_config(output_dir, steps=steps, batch_size=batch_size, num_generations=num_generations,
+                             max_completion_length=completion_budget, learning_rate=learning_rate, save_steps=save_steps,
+                             seed=seed, temperature=temperature, gpu=gpu)
     trainer = GRPOTrainer(model=model, reward_funcs=_reward_fn(reward, components, train == "confidence"), args=config,
                           train_dataset=Dataset.from_dict(columns), processing_class=tokenizer,
                           callbacks=list(callbacks or []), **extra)
@@ -304,21 +316,16 @@ def _train_env(model: Any, tokenizer: Any, rows: list[dict[str, Any]], output_di
                save_steps: int, resume: bool, temperature: float, gpu: bool) -> TrainReport:
     """GRPO over multi-turn environment rollouts: TRL's ``environment_factory`` with the environment's reward."""
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     if not rows or any("prompt" not in r for r in rows):
         raise InputError("environment rows need a 'prompt' column (messages); the environment builds them")
     env.prepare_tokenizer(tokenizer)
     keys = sorted({k for r in rows for k in r})
     columns = {k: [r.get(k) for r in rows] for k in keys}
-    config = GRPOConfig(
-        output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=batch_size,
-        num_generations=num_generations, max_completion_length=max_completion_length, use_vllm=False,
-        use_cpu=not gpu, bf16=False, gradient_checkpointing=False, learning_rate=learning_rate, report_to="none",
-        logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-        save_total_limit=1, save_only_model=False, seed=seed, temperature=temperature, dataloader_num_workers=0,
-        max_tool_calling_iterations=env.max_tool_calls,
-    )
+    config = cpu_grpo_config(output_dir, steps=steps, batch_size=batch_size, num_generations=num_generations,
+                             max_completion_length=max_completion_length, learning_rate=learning_rate, save_steps=save_steps,
+                             seed=seed, temperature=temperature, gpu=gpu, max_tool_calling_iterations=env.max_tool_calls)
     trainer = GRPOTrainer(model=model, reward_funcs=[env.reward], args=config, train_dataset=Dataset.from_dict(columns),
                           processing_class=tokenizer, callbacks=list(callbacks or []), environment_factory=env.factory)
     return _run(trainer, tokenizer, output_dir, before, save=save, resume=resume, components=[])

@@ -35,7 +35,7 @@ from typing import Any
 from agentrt.core.errors import InputError, missing_extra
 from agentrt.core.types import ROUTES
 from agentrt.router.selfpolicy import CALIBRATION_FILE, ActionCalibration, SelfCalibration, messages, parse_label, softmax
-from agentrt.train.grpo import TrainReport, load_trainable
+from agentrt.train.grpo import TrainReport, cpu_grpo_config, load_trainable
 from agentrt.train.outcomes import OutcomeCache
 from agentrt.train.watch import HeldOut
 from agentrt.core.config import Settings
@@ -299,7 +299,7 @@ def train_strategy(cache: OutcomeCache, output_dir: str | Path, *, train_questio
         import torch
         from datasets import Dataset
         import transformers  # noqa: F401 - checked here so a missing extra is one line
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOTrainer
     except ImportError as e:
         raise missing_extra(e.name or "trl", "train") from None
 
@@ -309,12 +309,9 @@ def train_strategy(cache: OutcomeCache, output_dir: str | Path, *, train_questio
     data = rows(train_questions)
     random.Random(seed).shuffle(data)
     gpu = torch.cuda.is_available()
-    config = GRPOConfig(
-        output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=batch_size,
-        num_generations=num_generations, max_completion_length=max_completion_length, use_vllm=False,
-        use_cpu=not gpu, bf16=False, gradient_checkpointing=False, learning_rate=learning_rate, report_to="none",
-        logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-        save_total_limit=1, save_only_model=False, seed=seed, temperature=temperature, dataloader_num_workers=0)
+    config = cpu_grpo_config(output_dir, steps=steps, batch_size=batch_size, num_generations=num_generations,
+                             max_completion_length=max_completion_length, learning_rate=learning_rate, save_steps=save_steps,
+                             seed=seed, temperature=temperature, gpu=gpu)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental hook
     trainer = GRPOTrainer(model=model, reward_funcs=reward_fn(cache, lam, means, stats), args=config,
                           train_dataset=Dataset.from_list(data), processing_class=tokenizer,
