@@ -115,6 +115,11 @@ class EpisodeLog:
         return rec
 
 
+def answered(reward: float) -> str:
+    """The observation an ``answer(text)`` action returns (it ends the episode)."""
+    return f"Answer recorded. Reward {reward:.2f}."
+
+
 def verifier_name(verifier: str | Scorer) -> str:
     """A verifier's name for a reward record (a function's ``__name__``)."""
     return verifier if isinstance(verifier, str) else getattr(verifier, "__name__", "custom")
@@ -145,5 +150,5 @@ def write(recorder: Recorder | None, record: TrajectoryRecord) -> None:
         recorder.append(record)
 
 
-__all__ = ["DATA_SOURCE", "EpisodeLog", "held_out", "Recorder", "Scorer", "check_verifier", "score_answer", "token_counter",
-           "verifier_name", "write"]
+__all__ = ["DATA_SOURCE", "EpisodeLog", "Recorder", "Scorer", "answered", "check_verifier", "held_out", "score_answer",
+           "token_counter", "verifier_name", "write"]

@@ -25,8 +25,8 @@ from typing import Any
 from agentrt.core.answer import check_answer
 from agentrt.core.config import Settings
 from agentrt.core.errors import UserError
-from agentrt.envs.episode import (EpisodeLog, Recorder, Scorer, check_verifier, score_answer, token_counter,
-                                   verifier_name, write)
+from agentrt.envs.episode import (EpisodeLog, Recorder, Scorer, answered, check_verifier, score_answer,
+                                   token_counter, verifier_name, write)
 from agentrt.trajectory import RewardBreakdown, TrajectoryRecord, tool_call_step
 
 ROUTE = "env:search"
@@ -151,7 +151,7 @@ class SearchEpisode:
         real = check_answer(text, log.question)
         self._end("answer", status="ok" if real.ok else "no_answer",
                   error=None if real.ok else f"no answer: {real.reason}")
-        return f"Answer recorded. Reward {self.reward:.2f}."
+        return answered(self.reward)
 
     def state(self) -> dict[str, Any]:
         """The episode's counters (what OpenEnv's ``state`` shows)."""

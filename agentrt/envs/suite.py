@@ -17,8 +17,8 @@ from typing import Any
 
 from agentrt.core.answer import check_answer
 from agentrt.core.errors import UserError
-from agentrt.envs.episode import (EpisodeLog, Recorder, Scorer, check_verifier, score_answer, token_counter,
-                                   verifier_name, write)
+from agentrt.envs.episode import (EpisodeLog, Recorder, Scorer, answered, check_verifier, score_answer,
+                                   token_counter, verifier_name, write)
 from agentrt.trajectory import RewardBreakdown, TrajectoryRecord
 
 ROUTE = "env:suite"
@@ -89,7 +89,7 @@ class SuiteEpisode:
         real = check_answer(text, log.question)
         self._end("answer", text, "ok" if real.ok else "no_answer", None if real.ok else f"no answer: {real.reason}",
                   latency_s=round(time.perf_counter() - t0, 4))
-        return f"Answer recorded. Reward {self.reward:.2f}."
+        return answered(self.reward)
 
     def state(self) -> dict[str, Any]:
         """The episode's counters (what OpenEnv's ``state`` shows)."""

@@ -168,6 +168,56 @@ def rows_for(questions: list[Question]) -> list[dict[str, Any]]:
             for q in questions]
 
 
+def tools_of(env: SearchTools) -> list[Callable[..., str]]:
+    """The environment's tools in the order TRL shows them to the policy (``inspect.getmembers`` on the class: by
+    name, every public method but ``reset``). Rollouts outside the trainer and the warm start's demonstrations
+    render them in this order too: a policy trained on one tool listing reads another as a different prompt."""
+    import inspect
+
+    return [getattr(env, name) for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+            if name not in ("reset", "get_reward") and not name.startswith("_")]
+
+
+def demonstrations(questions: list[Question], make_env: Callable[[], SearchTools]) -> list[tuple[list[dict], list]]:
+    """Demonstrations for ``--warm-start`` (``agentrt.train.sft``), built by the environment from ``questions``
+    (pass training questions only): the episode is reset, searched with the question as the query, and kept only
+    when a ground-truth answer appears in what the search showed (rejection: the demonstration is a search that
+    worked); the conversation is then the search call, its real result, ``answer`` with the shortest such
+    answer, the environment's reply to it, and the answer again as a reply without a tool call (TRL's loop goes
+    on while the policy writes calls: this teaches it to stop). Each is (messages, the episode's tools), in the
+    chat format TRL's environment loop writes. No episode is answered, so none is recorded as a run."""
+    from agentrt.envs.episode import answered
+
+    out = []
+    for q in questions:
+        env = make_env()
+        first = env.reset(id=q.id)
+        shown = env.search(q.question)
+        found = [a for a in _answers(q.ground_truth) if a.strip() and a.strip().lower() in shown.lower()]
+        if not found or env.episode.done:
+            continue
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": first},
+                    _call("search", query=q.question), {"role": "tool", "name": "search", "content": shown},
+                    _call("answer", text=(best := min(found, key=len).strip())),
+                    {"role": "tool", "name": "answer", "content": answered(1.0)},
+                    {"role": "assistant", "content": best}]
+        out.append((messages, tools_of(env)))
+    return out
+
+
+def _answers(truth: Any) -> list[str]:
+    if isinstance(truth, str):
+        return [truth]
+    if isinstance(truth, dict):
+        return [str(a) for a in truth.get("aliases") or truth.get("answers") or []]
+    return [str(a) for a in truth] if isinstance(truth, (list, tuple)) else []
+
+
+def _call(name: str, **arguments: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
 def environment_run(questions: list[Question], make_episode: Callable[[], Any], *, max_tool_calls: int = 6) -> Any:
     """The ``agentrt.train.grpo.EnvironmentRun`` of a search environment over ``questions``."""
     from agentrt.train.grpo import EnvironmentRun
@@ -210,7 +260,7 @@ def play(model: Any, tokenizer: Any, envs: list[SearchTools], rows: list[dict[st
         chunk_rows, chunk_envs = rows[start:start + batch], envs[start:start + batch]
         convs = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": env.reset(**row)}]
                  for env, row in zip(chunk_envs, chunk_rows)]
-        tools = [[e.search, e.open, e.answer] for e in chunk_envs]
+        tools = [tools_of(e) for e in chunk_envs]
         stats = [{"turns": 0, "calls": 0, "tokens": 0, "truncated": False, "first": None} for _ in chunk_rows]
         active = [i for i, e in enumerate(chunk_envs) if not e.episode.done]
         for _turn in range(max_turns):
@@ -343,6 +393,5 @@ class SearchHeldOut:
         return HeldOut([], self.tokenizer, reference=self.reference)._kl(model, [p for p in played if p.completion_ids])
 
 
-__all__ = ["SYSTEM", "Played", "Question", "SearchHeldOut", "SearchTools", "environment_run", "episode_reward",
-           "split_questions",
-           "final_text", "play", "rows_for", "use_tool_template"]
+__all__ = ["SYSTEM", "Played", "Question", "SearchHeldOut", "SearchTools", "demonstrations", "environment_run",
+           "episode_reward", "final_text", "play", "rows_for", "split_questions", "tools_of", "use_tool_template"]

@@ -5,7 +5,8 @@
 ``search``: greedy episodes (``agentrt.envs.trl.play``: the policy writes, its tool calls run on the index, a reply
 without a tool call is its answer) on the held-out side of ``agentrt train-policy --env search:CORPUS``'s split
 (the same ``--holdout`` hash rule: questions training never saw), for the base policy and the trained one
-(``--trained``, the ``--out`` of ``train-policy``). Printed: accuracy (the verifier's verdict), the share of
+(``--trained``, the ``--out`` of ``train-policy``), and, when ``train-policy --warm-start`` wrote one, the
+warm-start policy alone (what imitation did before GRPO). Printed: accuracy (the verifier's verdict), the share of
 episodes that searched before answering, the mean reward and tool calls per episode, each with a 95% bootstrap
 interval over questions, and the trained - base difference with a paired interval. The acceptance bar (issue 36):
 accuracy >= base + 5 points, or searched-before-answering up >= 20 points with accuracy not lower.
@@ -67,7 +68,7 @@ def run_search(args: argparse.Namespace) -> dict[str, Any]:
     table_ = {q.id: q for q in held}
     rows = rows_for(held)
     per: dict[str, list[Any]] = {}
-    for name, path in (("base", args.base), ("trained", args.trained)):
+    for name, path in _policies(args):
         model, tokenizer = _policy(path, settings)
         started = time.perf_counter()
         envs = [SearchTools(table_, make_episode) for _ in rows]
@@ -81,11 +82,22 @@ def run_search(args: argparse.Namespace) -> dict[str, Any]:
         out["policies"][name] = {m: _summary([f(p) for p in played]) for m, f in metrics.items()}
         out["policies"][name]["answers"] = [p.answer for p in played[:5]]
     for m, f in metrics.items():
-        diffs = [f(t) - f(b) for b, t in zip(per["base"], per["trained"])]
-        out["difference"][m] = _summary(diffs)
+        out["difference"][m] = _summary([f(t) - f(b) for b, t in zip(per["base"], per["trained"])])
+    if "warm start only" in per:  # what GRPO did after the imitation
+        out["grpo_difference"] = {m: _summary([f(t) - f(w) for w, t in zip(per["warm start only"], per["trained"])])
+                                  for m, f in metrics.items()}
     acc, searched = out["difference"]["accuracy"]["mean"], out["difference"]["searched_before_answer"]["mean"]
     out["acceptance"] = bool(acc >= 0.05 or (searched >= 0.20 and acc >= 0.0))
     return out
+
+
+def _policies(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+    """base, the warm start alone when there is one (``--warm-start``, default TRAINED/warm-start), trained."""
+    from pathlib import Path
+
+    warm = args.warm_start or str(Path(args.trained) / "warm-start")
+    middle = [("warm start only", warm)] if (Path(warm) / "config.json").is_file() else []
+    return [("base", args.base), *middle, ("trained", args.trained)]
 
 
 def _summary(values: list[float]) -> dict[str, Any]:
@@ -102,8 +114,10 @@ def print_search(res: dict[str, Any]) -> None:
     rows = [(name, *(_fmt(p[m]) for m in ("accuracy", "searched_before_answer", "reward", "tool_calls")))
             for name, p in res["policies"].items()]
     d = res["difference"]
-    rows.append(("trained - base", *(_fmt(d[m]) for m in ("accuracy", "searched_before_answer", "reward",
-                                                            "tool_calls"))))
+    names = ("accuracy", "searched_before_answer", "reward", "tool_calls")
+    rows.append(("trained - base", *(_fmt(d[m]) for m in names)))
+    if "grpo_difference" in res:
+        rows.append(("trained - warm start", *(_fmt(res["grpo_difference"][m]) for m in names)))
     show(table(f"search:{res['corpus']}: {res['n']} held-out questions (95% bootstrap intervals); acceptance "
                f"{'met' if res['acceptance'] else 'not met'}", cols, rows), width=160)
 
@@ -114,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", default="squad", help="search: the corpus the policy was trained on (default squad)")
     ap.add_argument("--trained", help="search: the trained policy folder (train-policy --out)")
     ap.add_argument("--base", help="search: the base policy folder (default: the embedded SmolLM2-135M)")
+    ap.add_argument("--warm-start", help="search: the warm-start policy, shown between base and trained (default: "
+                    "TRAINED/warm-start when train-policy --warm-start wrote one)")
     ap.add_argument("-n", type=int, default=0, help="search: first N held-out questions (default: all of them)")
     ap.add_argument("--holdout", type=float, default=0.2, help="the held-out share train-policy used (default 0.2)")
     ap.add_argument("--max-turns", type=int, default=6, help="search: actions per episode (default 6)")

@@ -146,3 +146,89 @@ def test_train_policy_env_search_runs_20_steps_saves_a_loadable_policy_and_resum
 def _env_records(home) -> list[dict]:
     lines = (home / "trajectories" / "trajectories.jsonl").read_text().splitlines()
     return [r for r in (json.loads(line) for line in lines if line.strip()) if r["route"] == "env:search"]
+
+
+@pytest.mark.slow
+def test_warm_start_imitates_searches_that_found_the_answer_on_training_questions_only(tmp_path):
+    """``--warm-start``'s two halves: the environment builds demonstrations from training questions (a real
+    search whose result shows the answer), the loss covers exactly the calls TRL's parser reads back, and a few
+    epochs on them lower that loss and save a policy that loads with its tool template."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.chat_template_utils import parse_response
+
+    from agentrt.envs.trl import demonstrations, split_questions, use_tool_template
+    from agentrt.train.sft import assistant_tokens, train_sft
+
+    questions, make_env = _squad_env()
+    train, held = split_questions(questions, 0.2)
+    demos = demonstrations(train[:16], make_env)
+    assert 3 <= len(demos) < 16  # some searches miss the answer: those questions give no demonstration
+    _, tokenizer = _tokenizers()
+    use_tool_template(tokenizer)
+    held_questions = {q.question for q in held}
+    for messages, tools in demos:
+        query = messages[2]["tool_calls"][0]["function"]["arguments"]["query"]
+        answer = messages[4]["tool_calls"][0]["function"]["arguments"]["text"]
+        assert query in {q.question for q in train[:16]} and query not in held_questions
+        assert messages[3]["role"] == "tool" and answer and answer.lower() in messages[3]["content"].lower()
+        ids, labels = assistant_tokens(tokenizer, messages, tools)
+        spans, start = [], None
+        for i, label in enumerate(labels + [-100]):
+            if label != -100 and start is None:
+                start = i
+            elif label == -100 and start is not None:
+                spans.append((start, i))
+                start = None
+        # Learned: the search call, the answer call and the closing reply; the question and the results are context.
+        assert len(spans) == 3
+        parsed = [parse_response(tokenizer, ids[a:b], prefix=ids[:a], tools=tools) for a, b in spans]
+        assert [m["tool_calls"][0]["function"] for m in parsed[:2]] == [
+            {"name": "search", "arguments": {"query": query}}, {"name": "answer", "arguments": {"text": answer}}]
+        assert not parsed[2].get("tool_calls") and parsed[2]["content"].strip() == answer
+
+    out = tmp_path / "warm"
+    report = train_sft(demos[:2], out, epochs=3, learning_rate=1e-4, batch_size=2, train_layers=2,
+                       prepare_tokenizer=use_tool_template, progress=False)
+    assert report.examples == 2 and len(report.losses) == 3 and report.losses[-1] < report.losses[0]
+    assert 0 < report.target_tokens < report.tokens
+    saved = AutoTokenizer.from_pretrained(out)
+    use_tool_template(saved)
+    assert saved.apply_chat_template(demos[0][0], tools=demos[0][1], return_dict=False) == \
+        tokenizer.apply_chat_template(demos[0][0], tools=demos[0][1], return_dict=False)
+    assert AutoModelForCausalLM.from_pretrained(out).config.num_hidden_layers > 0
+
+
+def test_warm_start_is_refused_outside_search_environments_with_one_line(agentrt_home):
+    done = _cli("train-policy", "--grpo", "--env", "strategy", "--warm-start", "1", home=agentrt_home)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--warm-start" in done.stderr and "search:CORPUS" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_rollouts_outside_the_trainer_list_the_tools_as_trls_trainer_does(tmp_path):
+    """The bench, the watch and the warm start render the tools in TRL's order: a policy imitating or trained on
+    one listing reads another as a different prompt (a warm start on search-first listings answered without
+    searching when TRL listed answer first)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOTrainer
+
+    from agentrt.app.commands.train_env import search_questions
+    from agentrt.envs.trl import environment_run, rows_for, tools_of
+    from agentrt.train.grpo import cpu_grpo_config
+
+    ns = argparse.Namespace(holdout=0.2, env_max_steps=4, env_budget=1024, k=3)
+    questions, make_episode = search_questions("squad", ns, load_settings())
+    run = environment_run(questions[:2], make_episode)
+    _, tokenizer = _tokenizers()
+    run.prepare_tokenizer(tokenizer)
+    rows = rows_for(questions[:2])
+    config = cpu_grpo_config(tmp_path, steps=1, batch_size=2, num_generations=2, max_completion_length=16,
+                             learning_rate=1e-5, save_steps=0, seed=0, temperature=1.0, gpu=False)
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(embedded_model_path(load_settings().models_dir)),
+                          reward_funcs=[run.reward], args=config, processing_class=tokenizer,
+                          train_dataset=Dataset.from_dict({k: [r[k] for r in rows] for k in rows[0]}),
+                          environment_factory=run.factory)
+    shown = [tool.__name__ for tool in trainer.tools]
+    assert shown == [tool.__name__ for tool in tools_of(run.factory())] and sorted(shown) == ["answer", "open", "search"]

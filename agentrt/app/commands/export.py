@@ -76,6 +76,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--env-budget", type=int, default=1024, help="--env search: token budget of an episode (default 1024)")
     t.add_argument("--env-max-steps", type=int, default=6, help="--env search: actions per episode (default 6)")
     t.add_argument("--k", type=int, default=3, help="--env search: passages a search shows (default 3)")
+    t.add_argument("--warm-start", type=int, default=0, metavar="EPOCHS",
+                   help="--env search: first imitate EPOCHS epochs of demonstrations the environment builds from the "
+                        "training questions (search with the question, answer with the answer it shows), then GRPO "
+                        "from there; saved in OUT/warm-start (default 0: none; a small model writes no tool call "
+                        "without it)")
+    t.add_argument("--warm-start-lr", type=float, default=3e-5, help="--warm-start: learning rate (default 3e-5)")
     t.add_argument("--suite", action="append", help="--env search:NAME|PATH over a corpus of your own: its questions "
                    "(a suite name or FILE.jsonl; repeatable)")
     t.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -133,6 +139,10 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
     from agentrt.train.grpo import read_prompt_rows, toy_capital_rows, train_grpo
 
     out = args.out or str(load_settings(args.config).home / "grpo")
+    if args.warm_start and not str(args.env or "").startswith("search:"):
+        from agentrt.core.errors import InputError
+
+        raise InputError("--warm-start imitates search demonstrations: use it with --env search:CORPUS")
     if args.env == "strategy":  # the strategy environment: agentrt/app/commands/_strategy.py
         from agentrt.app.commands._strategy import cmd_strategy
 

@@ -50,8 +50,9 @@ def train_env(args: argparse.Namespace, out: str) -> tuple[Any, Any]:
         raise InputError(f"search:{corpus}: no training questions left after holding out {args.holdout:.0%}")
     print(f"agentrt: search:{corpus}: {len(train)} training questions, {len(held)} held out", file=sys.stderr)
     run = environment_run(train + held, make_episode, max_tool_calls=args.env_max_steps)
-    watch = _watch(args, out, held, run) if args.watch else None
-    report = train_grpo(rows_for(train), out, model_dir=args.model_dir, steps=args.steps,
+    model_dir = warm_start(args, out, train, run) if getattr(args, "warm_start", 0) else args.model_dir
+    watch = _watch(args, out, held, run, model_dir) if args.watch else None
+    report = train_grpo(rows_for(train), out, model_dir=model_dir, steps=args.steps,
                         num_generations=args.num_generations, batch_size=args.batch_size,
                         max_completion_length=args.max_completion_length or ENV_COMPLETION_TOKENS,
                         learning_rate=args.learning_rate, callbacks=[watch] if watch else [],
@@ -60,7 +61,30 @@ def train_env(args: argparse.Namespace, out: str) -> tuple[Any, Any]:
     return report, watch
 
 
-def _watch(args: argparse.Namespace, out: str, held: list[Any], run: Any) -> Any:
+def warm_start(args: argparse.Namespace, out: str, train: list[Any], run: Any) -> str:
+    """``--warm-start EPOCHS``: imitate the environment's demonstrations on the training questions
+    (``agentrt.envs.trl.demonstrations``, ``agentrt.train.sft``) into OUT/warm-start, where GRPO starts; a
+    finished warm start there is reused (a rerun resumes GRPO, it does not imitate again)."""
+    from agentrt.core.errors import InputError
+    from agentrt.envs.trl import demonstrations
+    from agentrt.train.sft import train_sft
+
+    if args.warm_start < 0:
+        raise InputError("--warm-start takes a number of epochs >= 0")
+    folder = Path(out) / "warm-start"
+    if (folder / "config.json").is_file():
+        print(f"agentrt: warm start: reusing {folder}", file=sys.stderr)
+        return str(folder)
+    demos = demonstrations(train, run.factory)
+    print(f"agentrt: warm start: {len(demos)} demonstrations from {len(train)} training questions (a search with "
+          "the question showed the answer)", file=sys.stderr)
+    report = train_sft(demos, folder, model_dir=args.model_dir, epochs=args.warm_start,
+                       learning_rate=args.warm_start_lr, prepare_tokenizer=run.prepare_tokenizer)
+    print(f"agentrt: {report.summary()}", file=sys.stderr)
+    return str(folder)
+
+
+def _watch(args: argparse.Namespace, out: str, held: list[Any], run: Any, model_dir: str | None) -> Any:
     """The overoptimization watch on the first ``--watch K`` held-out questions (greedy episodes; KL to the
     starting policy)."""
     import torch
@@ -77,7 +101,6 @@ def _watch(args: argparse.Namespace, out: str, held: list[Any], run: Any) -> Any
         raise InputError(f"--watch with --env takes a number of held-out questions, got {args.watch!r}") from None
     if k < 1 or not held:
         raise InputError("--watch K needs K >= 1 and held-out questions (raise --holdout)")
-    model_dir = args.model_dir
     if model_dir is None:
         from agentrt.backends.embedded import embedded_model_path
 
@@ -91,4 +114,4 @@ def _watch(args: argparse.Namespace, out: str, held: list[Any], run: Any) -> Any
                       keep_best=not args.keep_last)
 
 
-__all__ = ["ENV_COMPLETION_TOKENS", "search_questions", "train_env"]
+__all__ = ["ENV_COMPLETION_TOKENS", "search_questions", "train_env", "warm_start"]
