@@ -206,11 +206,8 @@ def demonstrations(questions: list[Question], make_env: Callable[[], SearchTools
 
 
 def _answers(truth: Any) -> list[str]:
-    if isinstance(truth, str):
-        return [truth]
-    if isinstance(truth, dict):
-        return [str(a) for a in truth.get("aliases") or truth.get("answers") or []]
-    return [str(a) for a in truth] if isinstance(truth, (list, tuple)) else []
+    """A ground truth's answers as the ``qa`` verifier reads them: a list of aliases, else one answer."""
+    return [str(a) for a in truth] if isinstance(truth, list) else [str(truth)]
 
 
 def _call(name: str, **arguments: str) -> dict[str, Any]:
