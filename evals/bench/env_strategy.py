@@ -16,7 +16,8 @@ distribution: a stable-hash share of the questions held out; leave-one-suite-out
 
 Both are valued by ``router_eval.evaluate`` on the held-out runs with the same reward model (the learned
 router's estimates, fit on the training runs): DR value with a 95% bootstrap interval over questions, success,
-tokens, ECE and AUROC of p_success for the logged action, and the share of decisions marked ``calibrated``.
+tokens, ECE and AUROC of p_success for the logged action, and the share of decisions marked ``calibrated``;
+beside them the best fixed action on the same held-out runs (the yardstick: a router worth having beats it).
 Acceptance: self value >= learned - 0.02 in distribution; leave-one-suite-out ECE lower on at least half the families.
 """
 
@@ -36,8 +37,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("strategy part (the in-distribution split holds out --holdout of the questions)")
     g.add_argument("--trajectories", nargs="+", help="strategy: exploration trajectory folders (the outcome cache)")
     g.add_argument("--steps", type=int, default=24, help="strategy: GRPO steps per split (default 24)")
-    g.add_argument("--batch-size", type=int, default=8, help="strategy: completions per step (default 8)")
-    g.add_argument("--num-generations", type=int, default=4, help="strategy: GRPO group size (default 4)")
+    g.add_argument("--batch-size", type=int, default=12, help="strategy: completions per step (default 12)")
+    g.add_argument("--num-generations", type=int, default=6, help="strategy: GRPO group size (default 6: with the "
+                   "default explore share, every label once a group)")
     g.add_argument("--learning-rate", type=float, default=1e-4)
     g.add_argument("--train-layers", type=int, default=4, help="strategy: top decoder layers trained (default 4)")
     g.add_argument("--families", nargs="*", help="strategy: families to leave out in turn (default: the document "
@@ -48,7 +50,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                    "self router (default 120)")
     g.add_argument("--lambda", dest="lam", type=float, default=0.3)
     g.add_argument("--explore-share", type=float, default=None, help="strategy: share of each GRPO group's labels "
-                   "drawn uniformly (default: train_strategy's, 0.5; 0 = on-policy only, the earlier runs)")
+                   "dealt uniformly (default: train_strategy's, 1.0; 0.5 with groups of 4 was the earlier "
+                   "default; 0 = on-policy only)")
     g.add_argument("--work", help="strategy: folder for the trained policies (default: a temporary one)")
     g.add_argument("--json-out", help="strategy: write the figures here as JSON")
 
@@ -65,6 +68,7 @@ def one_split(name: str, cache, examples, train_q, held_q, args, settings, finge
     from agentrt.train.router import train_router
     from agentrt.train.router_eval import config, deciding_estimator, evaluate, model_estimator
     from agentrt.train.strategy import label_distributions, self_estimator, train_strategy
+    from evals.bench.family_bench import fixed_rows
 
     held_q = _stable(held_q, args.limit_held)
     keep_train, keep_held = set(train_q), set(held_q)
@@ -79,6 +83,10 @@ def one_split(name: str, cache, examples, train_q, held_q, args, settings, finge
     out = {"split": name, "train_questions": len(train_q), "held_questions": len(held_q), "held_runs": len(held_ex)}
     ev = evaluate("learned", estimate, q, held_ex, cfg)
     out["learned"] = {**_figures(ev), "calibrated_share": _share(calibrated, held_ex)}
+    # the yardstick both routers answer to: a router worth having beats always taking one action
+    fixed = fixed_rows(held_ex, actions, q, args.lam)
+    best = max(fixed.values(), key=lambda p: p.value) if fixed else None
+    out["best_fixed"] = None if best is None else {"action": best.name, **_figures(best)}
     folder = work / name
     report, extras = train_strategy(cache, folder, train_questions=train_q, lam=args.lam, steps=args.steps,
                                     num_generations=args.num_generations, batch_size=args.batch_size,
@@ -142,6 +150,10 @@ def run(args: argparse.Namespace) -> dict:
                          f"{f3(m['value'])} [{f3(m['interval'][0])}, {f3(m['interval'][1])}]", f3(m["success"]),
                          f"{m['tokens']:.0f}", f"{f3(m['ece'])} ({f3(m['ece_floor'])})", f3(m["auroc"]),
                          f3(m["calibrated_share"]), " ".join(f"{a}:{n}" for a, n in sorted(m["actions"].items()))])
+        b = r.get("best_fixed")
+        if b:
+            rows.append([r["split"], b["action"] + " (best)", "", f"{f3(b['value'])} [{f3(b['interval'][0])}, "
+                         f"{f3(b['interval'][1])}]", f3(b["success"]), f"{b['tokens']:.0f}", "-", "-", "-", ""])
     show(table(f"strategy: the self-routing policy vs the learned router on held-out questions (value = DR estimate "
                f"of score - {args.lam} * tokens / budget, the learned router's reward model for both)",
                ["split", "router", "held q / runs", "value [95%]", "success", "tokens", "ECE (floor)", "AUROC",

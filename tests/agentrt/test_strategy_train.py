@@ -133,8 +133,9 @@ def test_train_policy_on_the_strategy_env_and_route_with_it(tmp_path, capsys):
 
 def test_the_exploration_share_tries_every_label_in_a_group():
     """On this question the base policy gives ``direct`` 94% of its label mass and ``plan``, ``ask``, ``abstain``
-    about 1% each: drawn only from the policy, a group of 12 misses some label, so GRPO never learns its worth. With the exploration share half of each group is dealt uniformly
-    over the six labels, and the logprobs GRPO is handed stay the policy's own."""
+    about 1% each: drawn only from the policy, a group of 12 misses some label, so GRPO never learns its worth. With
+    an exploration share of 0.5 half of each group is dealt uniformly over the six labels; with the default (1) a
+    group of six holds each label once. The logprobs GRPO is handed stay the policy's own."""
     from types import SimpleNamespace
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -159,5 +160,9 @@ def test_the_exploration_share_tries_every_label_in_a_group():
     assert set(got) == set(ROUTES), got
     own = label_logprobs(model, tokenizer, out["prompt_ids"][:1])[0]
     assert all(lp == pytest.approx(own[a]) for lp, a in zip(out["logprobs"], got))
+    # the default, full information: every group of six holds each label once, whatever the policy prefers
+    full = labels(label_rollout(seed=1)(prompts, SimpleNamespace(model=model, processing_class=tokenizer,
+                                                                 num_generations=6)))
+    assert sorted(full[:6]) == sorted(full[6:]) == sorted(ROUTES), full
     with pytest.raises(InputError, match="--explore-share"):
         label_rollout(explore_share=1.5)

@@ -20,9 +20,9 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     g.add_argument("--lambda", dest="lam", type=float, help="strategy: token price (default: settings.router_lambda)")
     g.add_argument("--no-watch", action="store_true", help="strategy: skip the watch on the held-out questions")
     g.add_argument("--explore-share", type=float, default=None, metavar="S",
-                   help="strategy: share of each GRPO group whose labels are drawn uniformly over the six routes, "
-                        "the rest from the policy (default 0.5; 0 = on-policy only): a label the policy gives ~1%% "
-                        "is otherwise never tried, so never learned")
+                   help="strategy: share of each GRPO group whose labels are dealt uniformly over the six routes, "
+                        "the rest from the policy (default 1: every label once in a group of 6, the cache prices "
+                        "them all; 0 = on-policy only, where a label the policy gives ~1%% is never tried)")
     g.add_argument("--save-outcomes", metavar="FILE", help="strategy: also write the outcome cache (.cells.jsonl)")
 
 
