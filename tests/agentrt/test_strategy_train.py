@@ -131,6 +131,24 @@ def test_train_policy_on_the_strategy_env_and_route_with_it(tmp_path, capsys):
     assert set(d.evidence) == set(cal.actions) and d.state in ("calibrated", "insufficient_evidence")
 
 
+def test_a_checkpointed_strategy_run_resumes_where_it_stopped(tmp_path, capsys):
+    from agentrt.app.cli import main
+
+    logs = _write_logs(tmp_path / "logs")
+    out = tmp_path / "policy"
+    args = ["train-policy", "--grpo", "--env", "strategy", "--outcomes", str(logs), "--holdout", "0", "--out", str(out),
+            "--num-generations", "2", "--batch-size", "4", "--max-completion-length", "3", "--train-layers", "2",
+            "--checkpoint-every", "2", "--json"]
+    assert main([*args, "--steps", "2"]) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert first["steps"] == 2 and (out / "checkpoint-2").is_dir()
+    assert main([*args, "--steps", "3"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # resumed from checkpoint-2: one more step, so only that step's 4 completions were rewarded in this run
+    assert again["steps"] == 3 and sum(again["sources"].values()) == 4, again["sources"]
+    assert (out / CALIBRATION_FILE).is_file()
+
+
 def test_the_exploration_share_tries_every_label_in_a_group():
     """On this question the base policy gives ``direct`` 94% of its label mass and ``plan``, ``ask``, ``abstain``
     about 1% each: drawn only from the policy, a group of 12 misses some label, so GRPO never learns its worth. With
