@@ -92,7 +92,7 @@ def one_split(name: str, cache, examples, train_q, held_q, args, settings, finge
                                     num_generations=args.num_generations, batch_size=args.batch_size,
                                     max_completion_length=3, learning_rate=args.learning_rate,
                                     train_layers=args.train_layers, calibrate_on=args.calibrate_on,
-                                    provenance={"split": name},
+                                    provenance={"split": name}, seed=args.seed,
                                     **({} if args.explore_share is None else {"explore_share": args.explore_share}))
     model = AutoModelForCausalLM.from_pretrained(folder)
     label_ps = dict(zip(held_q, label_distributions(model, AutoTokenizer.from_pretrained(folder), held_q)))
@@ -176,6 +176,7 @@ def main() -> None:
 
     ap = parser(__doc__)
     ap.add_argument("--holdout", type=float, default=0.2, help="in-distribution held-out share (default 0.2)")
+    ap.add_argument("--seed", type=int, default=0, help="GRPO's seed (its label draws and initialisation)")
     add_arguments(ap)
     args = ap.parse_args()
     if not args.trajectories:
