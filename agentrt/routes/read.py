@@ -13,6 +13,14 @@ planner, no tool loop: a few hundred tokens where ``plan`` spends thousands.
   retrieval order); an answer that shares none cites the top passage it was given, and "I don't
   know" cites nothing. A small model cannot be trusted to copy ids, so they are derived, not generated.
 * An empty search (nothing indexed that matches) answers "I don't know." without a model call.
+* The answer starts from a prefilled cue, ``ANSWER_CUE`` ("The answer is"), and stops at the end of its
+  first sentence; the answer is what follows the cue. A small model asked for "a few words" restates the
+  question in a sentence ("The writer of Never Let Me Go novel won the ... Award."); cued, it writes the
+  span ("Animorphs", "no"): token F1 on the first 20 HotpotQA dev questions over the pooled corpus 0.082 ->
+  0.314 at the same tokens, with the passages best-last (``read_messages``; docs/routing.md). The cost:
+  an initial ("Arthur C. Clarke") ends the sentence early, and a cued model copies a span more readily,
+  an injected one too (the synthesis rule below; docs/untrusted-content.md). Under a JSON schema the
+  answer is the caller's JSON: no cue.
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ PASSAGE_CHARS = 600  # each passage's length when the budget allows
 MIN_PASSAGE_CHARS = 120  # shorter than this a passage says nothing: drop one instead
 MIN_ANSWER_TOKENS = 16  # what must remain for the answer after the prompt
 ANSWER_TOKENS = 64  # a few words are asked for; a small model that loops on digits stops here, marked truncated
+ANSWER_CUE = "The answer is"  # prefilled (see the module docstring)
+CUE_STOP = ["\n", ". "]  # the cued answer is one sentence
+CUE_MESSAGE = Message("assistant", ANSWER_CUE)
 SEARCH_TIMEOUT_S = 30.0
 SYSTEM = ("Answer the question using only the documents below. Answer in a few words. "
           "If the documents do not contain the answer, say \"I don't know.\"")
@@ -46,10 +57,15 @@ _STOP = frozenset("a an the of in on at to and or is are was were be by for with
 
 
 def read_messages(ctx: RunContext, question: str, hits: list[dict[str, Any]], chars: int) -> list[Message]:
-    """The answer prompt: the run's system and history, then the passages quoted and the question last."""
+    """The answer prompt: the run's system and history, then the passages quoted and the question last.
+
+    The passages come best-last, the top hit next to the question: a small model answers from the passage
+    nearest the question. With the cue, best-first, the 135M policy named the director of Sinister from the
+    third passage; token F1 best-first / best-last on the first 20 pooled-HotpotQA dev questions 0.248 /
+    0.314, on 20 answerable squad questions 0.081 / 0.199 (docs/routing.md)."""
     system = "\n\n".join(s for s in (ctx.system, f"{SYSTEM} {UNTRUSTED_NOTICE}") if s)
     blocks = "\n".join(quote_untrusted(_cut(h["text"], chars), id=h["id"], source="corpus", title=h["title"] or None)
-                       for h in hits)
+                       for h in reversed(hits))
     return [Message("system", system), *ctx.history, Message("user", f"{blocks}\n\nQuestion: {question}")]
 
 
@@ -71,7 +87,8 @@ def fit(ctx: RunContext, question: str, hits: list[dict[str, Any]]) -> tuple[lis
     room = ctx.budget.remaining - MIN_ANSWER_TOKENS
     shown, chars = list(hits), PASSAGE_CHARS
     while shown:
-        if ctx.policy.count_tokens(read_messages(ctx, question, shown, chars)) <= room:
+        # the cue's few tokens counted too (a schema run shows none: a little slack)
+        if ctx.policy.count_tokens([*read_messages(ctx, question, shown, chars), CUE_MESSAGE]) <= room:
             return shown, chars
         if chars > MIN_PASSAGE_CHARS:
             chars = max(MIN_PASSAGE_CHARS, chars * 2 // 3)
@@ -111,16 +128,29 @@ async def run(ctx: RunContext, question: str, *, searcher: Any = None) -> RouteO
     if not hits:
         ctx.best_answer = NO_ANSWER
         return RouteOutput(NO_ANSWER)
+    cue = ANSWER_CUE if ctx.options.json_schema is None else ""
+    messages = read_messages(ctx, question, shown, chars) + ([CUE_MESSAGE] if cue else [])
     # a small model goes on to invent the next "Question:" after its answer: stop there
-    params = GenParams(max_tokens=min(ANSWER_TOKENS, ctx.settings.answer_max_tokens), stop=["\nQuestion:"],
+    params = GenParams(max_tokens=min(ANSWER_TOKENS, ctx.settings.answer_max_tokens),
+                       stop=["\nQuestion:", *(CUE_STOP if cue else [])],
                        chat_template_kwargs=no_thinking(ctx.settings, ctx.policy))
-    completion = await ctx.call_model("answer", read_messages(ctx, question, shown, chars), params,
-                                      min_tokens=MIN_ANSWER_TOKENS, thought=False)
+    completion = await ctx.call_model("answer", messages, params, min_tokens=MIN_ANSWER_TOKENS, thought=False)
     thought, answer = split_thought(completion.text)
+    if cue:
+        answer = cued_answer(answer)
     # the synthesis rule: not a claim found only in a passage's injected instruction (routes/answer_guard.py)
     answer = guard_answer(ctx, answer.strip(), [(h["id"], h["text"]) for h in shown])
     ctx.best_answer = answer
     return RouteOutput(answer, thought, citations=cite(answer, shown, question))
+
+
+def cued_answer(text: str) -> str:
+    """The answer a cued completion holds: what follows "The answer is" (a colon, quotes and the closing
+    period dropped), one sentence."""
+    text = text.strip().split("\n")[0].strip()
+    text = text[1:].strip() if text.startswith(":") else text
+    text = text.rstrip(".").strip()
+    return text[1:-1].strip() if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'" else text
 
 
 def _cut(text: str, chars: int) -> str:
@@ -128,4 +158,4 @@ def _cut(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[: chars - 1].rstrip() + "…"
 
 
-__all__ = ["K", "cite", "fit", "read_messages", "run", "search"]
+__all__ = ["ANSWER_CUE", "K", "cite", "cued_answer", "fit", "read_messages", "run", "search"]

@@ -12,6 +12,7 @@ import pytest
 from agentrt.app.commands.demo import DEMO_CORPUS, index_sample_corpus
 from agentrt.core.config import Settings
 from agentrt.core.text import UNTRUSTED_NOTICE
+from agentrt.routes.read import ANSWER_CUE, cued_answer
 
 QUESTION = "Who is the director of the film Sinister?"
 
@@ -34,7 +35,8 @@ def test_read_answers_from_the_top_passages_and_cites_them(sample_agent):
 
     result = sample_agent.run(QUESTION, budget=1500, route="read")
     assert result.route == "read" and result.status == "ok"
-    assert "Scott Derrickson" in result.answer
+    # the answer is the name, not a sentence restating the question (the cue: see the route's docstring)
+    assert "Scott Derrickson" in result.answer and len(result.answer.split()) <= 4, result.answer
     search = _search_step(result)
     assert search["query"] == QUESTION and len(search["ids"]) == 3 and search["shown"] == search["ids"]
     # it cites passages it was shown, and what it cites holds the answer
@@ -44,9 +46,18 @@ def test_read_answers_from_the_top_passages_and_cites_them(sample_agent):
     # one model call; the passages reached it quoted as data, the notice in the system part
     calls = [s for s in result.record.steps if s["kind"] == "model_call"]
     assert len(calls) == 1
-    system, user = calls[0]["messages"][0]["content"], calls[0]["messages"][-1]["content"]
+    system, user, cue = (calls[0]["messages"][i]["content"] for i in (0, -2, -1))
     assert UNTRUSTED_NOTICE in system and user.count("<document id=") == 3 and user.endswith(QUESTION)
+    assert cue == ANSWER_CUE and calls[0]["messages"][-1]["role"] == "assistant"
     assert result.usage.total_tokens <= 1500
+
+
+def test_the_cued_answer_is_the_span_after_the_cue():
+    assert cued_answer(": Animorphs.") == "Animorphs"
+    assert cued_answer(' "Chief of Protocol"') == "Chief of Protocol"
+    assert cued_answer(" no\nQuestion: and then") == "no"
+    assert cued_answer(" I don't know.") == "I don't know"
+    assert cued_answer("") == ""
 
 
 def test_a_small_budget_cuts_the_passages_and_a_tiny_one_truncates_honestly(sample_agent):

@@ -97,6 +97,36 @@ def test_the_reward_reads_the_label_from_the_completion(tmp_path):
     assert stats.cache == 1 and stats.invalid == 1 and stats.missing == 1
 
 
+def test_a_bare_strategy_run_trains_on_full_information_groups(tmp_path, monkeypatch):
+    """Without --num-generations / --batch-size, --env strategy deals groups of 6 (each label once) in batches of
+    12, what the bench measured (docs/environments.md); GRPO on prompt data keeps groups of 4."""
+    import agentrt.train.grpo as grpo
+    import agentrt.train.strategy as strategy
+    from agentrt.app.cli import main
+
+    seen: dict[str, dict] = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(name):
+        def fn(*args, **kwargs):
+            seen[name] = kwargs
+            raise Stop
+        return fn
+
+    monkeypatch.setattr(strategy, "train_strategy", capture("strategy"))
+    monkeypatch.setattr(grpo, "train_grpo", capture("grpo"))
+    logs = _write_logs(tmp_path / "logs")
+    for argv in (["--env", "strategy", "--outcomes", str(logs), "--holdout", "0"], []):
+        try:
+            main(["train-policy", "--grpo", "--out", str(tmp_path / "p"), *argv])
+        except Stop:
+            pass
+    assert (seen["strategy"]["num_generations"], seen["strategy"]["batch_size"]) == (6, 12)
+    assert (seen["grpo"]["num_generations"], seen["grpo"]["batch_size"]) == (4, 4)
+
+
 def test_train_policy_on_the_strategy_env_and_route_with_it(tmp_path, capsys):
     from agentrt.app.cli import main
 

@@ -123,10 +123,11 @@ def test_a_plan_cut_short_in_synthesis_keeps_no_obeying_finding_as_its_best_answ
 
 
 def test_read_route_drops_an_answer_that_obeys_an_instruction():
-    ctx = RunContext("run", QUESTION, Budget(1500), ScriptedBackend(["The answer is 42."]), Settings())
+    # the completion continues the prefilled "The answer is" (the read route's cue)
+    ctx = RunContext("run", QUESTION, Budget(1500), ScriptedBackend([" 42."]), Settings())
     out = asyncio.run(run_read(ctx, QUESTION, searcher=searcher))
     assert out.answer == NO_ANSWER and out.citations == []
-    assert [s["model_answer"] for s in _rejections(ctx)] == ["The answer is 42."]
+    assert [s["model_answer"] for s in _rejections(ctx)] == ["42"]
 
 
 def test_embedded_model_on_a_planted_passage_does_not_answer_with_the_injected_claim(embedded):

@@ -61,7 +61,8 @@ def cmd_strategy(args: argparse.Namespace) -> int:
                            keep_best=not args.keep_last)
     report, extras = train_strategy(
         cache, out, train_questions=train_q, lam=lam, model_dir=args.model_dir, steps=args.steps,
-        num_generations=args.num_generations, batch_size=args.batch_size,
+        # full-information groups by default: each of the six labels once per group (EXPLORE_SHARE)
+        num_generations=args.num_generations or 6, batch_size=args.batch_size or 12,
         max_completion_length=args.max_completion_length or 3, learning_rate=args.learning_rate,
         temperature=args.temperature, callbacks=[watch] if watch else [], save_steps=args.checkpoint_every,
         resume=args.checkpoint_every > 0, train_layers=args.train_layers,

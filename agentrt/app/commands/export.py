@@ -38,8 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--data", help="a trl-prompts export (.parquet/.jsonl); default: a built-in toy task (capitals, F1 reward)")
     t.add_argument("--out", default=None, help="output folder for the trainer (default: $AGENTRT_HOME/grpo)")
     t.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
-    t.add_argument("--num-generations", type=int, default=4, help="completions sampled per prompt: the GRPO group (default 4)")
-    t.add_argument("--batch-size", type=int, default=4, help="completions per device batch (default 4)")
+    t.add_argument("--num-generations", type=int, default=None, help="completions sampled per prompt: the GRPO group "
+                   "(default 4; --env strategy: 6, each of the six labels once: docs/environments.md)")
+    t.add_argument("--batch-size", type=int, default=None, help="completions per device batch (default 4; --env "
+                   "strategy: 12, two groups)")
     t.add_argument("--max-completion-length", type=int, default=None,
                    help="new tokens per completion (default 16; with --env a whole episode, tool results included: 256)")
     t.add_argument("--learning-rate", type=float, default=1e-4, help="learning rate (default 1e-4)")
@@ -154,8 +156,8 @@ def cmd_train_policy(args: argparse.Namespace) -> int:
         return _print_report(args, report, watch)
     rows = read_prompt_rows(args.data) if args.data else toy_capital_rows()
     watch = _watch(args, out) if args.watch else None
-    report = train_grpo(rows, out, model_dir=args.model_dir, steps=args.steps, num_generations=args.num_generations,
-                        batch_size=args.batch_size, max_completion_length=args.max_completion_length or 16,
+    report = train_grpo(rows, out, model_dir=args.model_dir, steps=args.steps, num_generations=args.num_generations or 4,
+                        batch_size=args.batch_size or 4, max_completion_length=args.max_completion_length or 16,
                         learning_rate=args.learning_rate, reward=args.reward, confidence=args.confidence,
                         callbacks=[watch] if watch else [], save_steps=args.checkpoint_every, resume=args.checkpoint_every > 0,
                         confidence_temperature=args.confidence_temperature, train=args.train_part,

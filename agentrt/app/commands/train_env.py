@@ -53,7 +53,7 @@ def train_env(args: argparse.Namespace, out: str) -> tuple[Any, Any]:
     model_dir = warm_start(args, out, train, run) if getattr(args, "warm_start", 0) else args.model_dir
     watch = _watch(args, out, held, run, model_dir) if args.watch else None
     report = train_grpo(rows_for(train), out, model_dir=model_dir, steps=args.steps,
-                        num_generations=args.num_generations, batch_size=args.batch_size,
+                        num_generations=args.num_generations or 4, batch_size=args.batch_size or 4,
                         max_completion_length=args.max_completion_length or ENV_COMPLETION_TOKENS,
                         learning_rate=args.learning_rate, callbacks=[watch] if watch else [],
                         save_steps=args.checkpoint_every, resume=args.checkpoint_every > 0,
