@@ -12,7 +12,7 @@ import pytest
 from agentrt.app.commands.demo import DEMO_CORPUS, index_sample_corpus
 from agentrt.core.config import Settings
 from agentrt.core.text import UNTRUSTED_NOTICE
-from agentrt.routes.read import ANSWER_CUE, cued_answer
+from agentrt.routes.read import ANSWER_CUE, UNGROUNDED, cued_answer, grounded
 
 QUESTION = "Who is the director of the film Sinister?"
 
@@ -58,6 +58,41 @@ def test_the_cued_answer_is_the_span_after_the_cue():
     assert cued_answer(" no\nQuestion: and then") == "no"
     assert cued_answer(" I don't know.") == "I don't know"
     assert cued_answer("") == ""
+
+
+def test_an_answer_is_grounded_when_the_passages_hold_its_words():
+    hits = [{"id": "p1", "title": "Sinister (film)", "text": "Sinister is a 2012 horror film directed by Scott Derrickson."}]
+    assert grounded("Scott Derrickson", hits) and grounded("a 2012 film", hits)
+    assert not grounded("2018", hits) and not grounded("David Weissman", hits)
+    assert grounded("no", hits) and grounded("Yes, both", hits) and grounded("I don't know.", hits)
+    # three of four content words found: a paraphrased word is tolerated; two of four is not
+    assert grounded("Scott Derrickson directed Sinister", hits)
+    assert not grounded("Derrickson wrote Evolution novels", hits)
+    # the model saw the passage cut to `chars`: a word past the cut does not ground the answer
+    assert not grounded("Derrickson", hits, chars=20)
+
+
+def test_read_says_it_does_not_know_when_the_answer_is_not_in_the_passages():
+    """The read route answers from the passages: a span found in none of them (a guessed year) becomes
+    "I don't know.", and the model's answer stays in the trajectory."""
+    from agentrt.backends.scripted import ScriptedBackend
+    from agentrt.core.budget import Budget
+    from agentrt.routes.context import RunContext
+    from agentrt.routes.read import NO_ANSWER, run
+
+    passages = [{"id": "p1", "title": "Lake Vinn", "text": "Lake Vinn lies in the north of Kestria.", "score": 1.0}]
+
+    def read(completion: str):
+        ctx = RunContext("run", "When was Lake Vinn dredged?", Budget(1500), ScriptedBackend([completion]), Settings())
+        return asyncio.run(run(ctx, ctx.question, searcher=lambda q, k: passages)), ctx
+
+    out, ctx = read(" 2018.")
+    assert out.answer == NO_ANSWER and out.citations == []
+    [step] = [s for s in ctx.steps if s["kind"] == "final_answer"]
+    assert step["model_answer"] == "2018" and step["composed_from"] == UNGROUNDED
+    out, ctx = read(" in the north of Kestria.")
+    assert out.answer == "in the north of Kestria" and out.citations == ["p1"]
+    assert not [s for s in ctx.steps if s["kind"] == "final_answer"]
 
 
 def test_a_small_budget_cuts_the_passages_and_a_tiny_one_truncates_honestly(sample_agent):
