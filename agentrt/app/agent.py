@@ -20,8 +20,7 @@ from agentrt.core.errors import BudgetExceeded, InputError, UserError
 from agentrt.core.events import Event, RunFinished, RunStarted
 from agentrt.core.protocols import ModelBackend
 from agentrt.core.request import RunHooks, RunRequest, check_fit, signature
-from agentrt.core.types import INDEX_ROUTES
-from agentrt.router import ACTIONS, RouteDecision, extract, make_router
+from agentrt.router import RouteDecision, extract, make_router
 from agentrt.router.decision import cascade_unsure
 from agentrt.core.types import Usage
 from agentrt.routes import CONFIDENT_ROUTES, RouteOutput, get_route
@@ -216,13 +215,12 @@ class Agent:
         The router sees the bare question and features of the conversation; a router that scores with
         the model (``self``) pays through ``ctx.score``, so its tokens are budgeted and recorded too.
         """
-        from agentrt.routes.index import can_search, corpus_signals
+        from agentrt.routes.index import corpus_signals, routable
 
         router = router if router is not None else self.settings.router
         if isinstance(router, str):
-            # plan and read search the private index: with none to search they would only fail
-            actions = None if can_search(self.settings) else tuple(a for a in ACTIONS if a not in INDEX_ROUTES)
-            router = make_router(router, self.settings, policy=ctx.policy, scorer=ctx.score, actions=actions)
+            router = make_router(router, self.settings, policy=ctx.policy, scorer=ctx.score,
+                                 actions=routable(self.settings))
         similar = None
         if self.settings.episodic_memory:
             def similar(q: str) -> list[dict[str, Any]]:

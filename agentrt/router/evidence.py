@@ -189,6 +189,44 @@ def shrunk(p_success: dict[str, float], sizes: dict[str, float], base_rates: dic
     return out
 
 
+# the cues the rules route on (router.rules.RulesRouter): out of evidence, the fallback's prior for an action is
+# its success rate on the training runs that share the question's rarest cue ("Who will win the lottery
+# tomorrow?" is unlike every training question by its words, but 26 runs were `unknowable` ones, and abstaining
+# was right on 25 of them), not its rate over all runs. Only these: a yes/no or comparison cue says how a question
+# is put, not what answers it (the few yes/no runs were mostly ambiguous ones, where asking was right)
+CUES = ("unknowable", "ambiguous", "code", "arithmetic", "multi_hop", "multi_step")
+
+
+def cue_counts(rows: list[tuple[dict[str, float], str, float]]) -> dict[str, dict[str, list[float]]]:
+    """Per cue, per action: [successes, runs] over the training runs ``rows`` ((features, action, success))
+    with the cue set; cues no run had are left out."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for features, action, success in rows:
+        for cue in CUES:
+            if features.get(cue):
+                cell = out.setdefault(cue, {}).setdefault(action, [0.0, 0.0])
+                cell[0] += success
+                cell[1] += 1
+    return {c: {a: [round(s, 4), n] for a, (s, n) in cells.items()} for c, cells in out.items()}
+
+
+def cue_prior(features: dict[str, float], counts: dict[str, dict[str, list[float]]], base_rates: dict[str, float],
+              minimum: float) -> tuple[dict[str, float], str]:
+    """Per action, the prior the fallback shrinks toward, and the cue it came from ("" for none): the success
+    rate of the training runs sharing the question's rarest cue (the one fewest runs had), itself shrunk toward
+    the action's overall rate by its run count, ``(s + k * base) / (n + k)`` with ``k = minimum``. A question
+    without a cue the training runs had gets the overall rates."""
+    held = [c for c in CUES if features.get(c) and c in counts]
+    if not held:
+        return dict(base_rates), ""
+    cue = min(held, key=lambda c: sum(n for _, n in counts[c].values()))
+    out = {}
+    for a, base in base_rates.items():
+        s, n = counts[cue].get(a, (0.0, 0.0))
+        out[a] = (s + minimum * base) / (n + minimum)
+    return out, cue
+
+
 def states(sizes: dict[str, float], minimum: float) -> dict[str, str]:
     """The state per action: calibrated when its ess reaches ``minimum``."""
     return {a: CALIBRATED if n >= minimum else INSUFFICIENT for a, n in sizes.items()}

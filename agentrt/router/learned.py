@@ -71,6 +71,14 @@ class RouterModel:
         rates = (self.metrics or {}).get("base_rates") or {}
         return {a: float(v) for a, v in rates.items() if a in self.actions}
 
+    def prior(self, x: list[float], minimum: float = ev.MIN_EVIDENCE) -> tuple[dict[str, float], str]:
+        """What the router claims for input ``x`` out of evidence, per action, and the cue it rests on: the
+        action's rate on the training runs sharing the question's rarest cue (``evidence.cue_prior``); a file
+        written before cue rates: the action's overall training rate."""
+        counts = (self.metrics or {}).get("cue_rates") or {}
+        features = dict(zip(NUMERIC_FEATURES, x))
+        return ev.cue_prior(features, counts, self.base_rates, minimum)
+
     def logits(self, x: list[float]) -> dict[str, float]:
         """Uncalibrated success logits per action for one input vector."""
         return self._logits(self._standardized(x))
@@ -231,16 +239,19 @@ class LearnedRouter:
             return d
         # out of evidence: the learned estimate for the action it would take rests on too few similar runs, so
         # it does not decide as it is. The documented fallback (docs/routing.md): every estimate shrunk toward its
-        # action's training success rate by its evidence (evidence.shrunk), decided by the same rule; a file
+        # action's training success rate on the runs sharing the question's rarest cue (evidence.cue_prior) by its
+        # evidence (evidence.shrunk), decided by the same rule; a file
         # without base rates (written before them) lets the rules decide
-        base = self.model.base_rates
+        base, cue = self.model.prior(x, minimum)
         if base:
             q = ev.shrunk(p, sizes, base, minimum)
             fb = choose(self.name, q, tokens, budget, self.cfg, features=features)
+            where = f"rate on the '{cue}' training runs" if cue else "training rate"
+            then = f"; {fb.action}'s {base.get(fb.action, 0.0):.2f}" if fb.action != d.action else ""
             fb.reason += (f" (only {sizes.get(d.action, 0.0):.1f} training runs resemble this question for "
                           f"'{d.action}' (< {minimum:g}, {method}): its estimate p_success "
-                          f"{p.get(d.action, 0.0):.2f} shrunk toward the action's training rate "
-                          f"{base.get(d.action, 0.0):.2f})")
+                          f"{p.get(d.action, 0.0):.2f} shrunk toward the action's {where} "
+                          f"{base.get(d.action, 0.0):.2f}{then})")
             fb.router_version, fb.evidence, fb.state, fb.fallback = self.version, sizes, ev.INSUFFICIENT, "prior"
             fb.calibrated = False
             return fb

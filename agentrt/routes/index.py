@@ -58,6 +58,14 @@ def can_search(settings: Settings) -> bool:
     return location.startswith(("http://", "https://")) or local_corpus(settings) is not None
 
 
+def routable(settings: Settings) -> tuple[str, ...] | None:
+    """The actions a router may choose over ``settings.corpus``: all (None) when it can be searched, else every
+    action but the index routes (plan and read search it: with nothing to search they would only fail)."""
+    from agentrt.core.types import INDEX_ROUTES, ROUTES
+
+    return None if can_search(settings) else tuple(a for a in ROUTES if a not in INDEX_ROUTES)
+
+
 def corpus_signals(settings: Settings) -> Callable[[str], dict[str, float]] | None:
     """The router's index features over the corpus ``settings.corpus`` (``agentrt.router.features.index_signals``):
     its top 10 BM25 passages (word coverage, entities found, the best score) and the best vector hit's cosine

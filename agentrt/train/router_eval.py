@@ -49,7 +49,8 @@ def rules_estimator(settings: Settings) -> Estimator:
 def deciding_estimator(model: RouterModel, settings: Settings) -> tuple[Estimator, Callable[[Example], bool]]:
     """The learned router as the runtime runs it (``LearnedRouter``): its own estimates where the action it
     would take has evidence (``router_min_evidence`` similar training runs), else the documented fallback's
-    (estimates shrunk toward each action's training rate, ``evidence.shrunk``; the rules' for a file without
+    (estimates shrunk toward each action's training rate on the runs sharing the question's rarest cue,
+    ``evidence.shrunk``, ``RouterModel.prior``; the rules' for a file without
     base rates). Returns (estimator, calibrated): ``calibrated(e)`` says whether the learned estimate decided."""
     from agentrt.router.evidence import shrunk
 
@@ -65,7 +66,8 @@ def deciding_estimator(model: RouterModel, settings: Settings) -> tuple[Estimato
             pick = choose("learned", p, t, e.budget, cfg).action
             sizes = model.effective_sizes(e.x)[0]
             ok = sizes.get(pick, 0.0) >= minimum
-            fallback = (shrunk(p, sizes, base, minimum), t) if base else rules(e)
+            prior = model.prior(e.x, minimum)[0] if base else {}
+            fallback = (shrunk(p, sizes, prior, minimum), t) if base else rules(e)
             cache[id(e)] = ((p, t) if ok else fallback, ok)
         return cache[id(e)]
 
@@ -245,17 +247,27 @@ def ece_difference(candidate: PolicyEval, incumbent: PolicyEval, examples: list[
     return candidate.ece - incumbent.ece, (diffs[int(0.025 * n)], diffs[min(n - 1, int(0.975 * n))])
 
 
+# A bootstrap over fewer clusters than this is overconfident: on 8 held-out questions a candidate trained on
+# shuffled rewards "won" by +0.54 [+0.51, +0.59] (evals/bench/family_bench.py, N = 25); the gate refuses
+MIN_HELD_QUESTIONS = 10
+
+
 def compare(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example], *, ece_tolerance: float = 0.01,
             rounds: int = 1000, seed: int = 0) -> Verdict:
     """Promote only when the paired value difference's lower bound is above 0 (the value interval decides)
     and ECE does not regress beyond its noise: an ECE higher by more than ``ece_tolerance`` is a
     regression only when the paired bootstrap interval of the ECE difference lies above 0 (inside it, two
     equally calibrated routers differ that much on so few runs). The overoptimization flags (collapse to
-    one action, winning by abstaining) block too."""
+    one action, winning by abstaining) block too, and so does a held-out slice of fewer than
+    ``MIN_HELD_QUESTIONS`` questions."""
     diff = [c - i for c, i in zip(candidate.terms, incumbent.terms)]
     lo, hi = bootstrap(diff, [e.question for e in examples], rounds, seed)
     mean = sum(diff) / max(1, len(diff))
     reasons, flags = [], guard(candidate, examples)
+    held = len({e.question for e in examples})
+    if held < MIN_HELD_QUESTIONS:
+        reasons.append(f"only {held} held-out questions: too few for its interval to mean anything (at least "
+                       f"{MIN_HELD_QUESTIONS}); learn on more items")
     if lo <= 0:
         reasons.append(f"its value is not better by the interval: difference {mean:+.4f}, 95% interval "
                        f"[{lo:+.4f}, {hi:+.4f}] includes 0 or less")

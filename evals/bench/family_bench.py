@@ -115,7 +115,7 @@ def adapt(family, fam, zero, settings, fingerprint, args, actions):
     held = [e for e in fam if e.question not in set(pool)]
     out = []
     for n in args.n:
-        if n > len(pool):
+        if n <= 0 or n > len(pool):  # N = 0 is the zero-shot row, always printed
             continue
         chosen = set(pool[:n])
         rows = [e for e in fam if e.question in chosen]

@@ -72,7 +72,7 @@ def test_the_demo_questions_say_what_a_right_answer_is():
 @pytest.mark.slow
 def test_the_default_router_with_an_index_answers_what_the_model_knows_and_abstains_on_what_nobody_does(agentrt_home):
     """With the sample index set (as `make run` has it), the shipped router must not read "France is not in my
-    private index" as "unanswerable"; it abstains where the index lacks named people and on the unknowable."""
+    private index" as "unanswerable"; it abstains on the unknowable."""
     import asyncio
 
     from agentrt.routes.index import corpus_signals
@@ -85,10 +85,13 @@ def test_the_default_router_with_an_index_answers_what_the_model_knows_and_absta
     signals, router = corpus_signals(settings), make_router("auto", settings)
 
     def decide(q):
-        return asyncio.run(router.decide(q, extract(q, index=signals), 1024)).action
+        return asyncio.run(router.decide(q, extract(q, index=signals), 1024))
 
-    # answered (plan is chosen here at this model's odds; right, at ~800 tokens: docs/routing.md), never refused
-    assert decide("What is the capital of France?") in ("direct", "reason", "plan")
-    assert decide("What is 12 + 30?") == "reason"
-    assert decide("Who will win the lottery tomorrow?") == "abstain"
-    assert decide("Were Hedwig Pfannkuch and Oskar Zwiebelmeier of the same nationality?") == "abstain"
+    # answered, never refused
+    assert decide("What is the capital of France?").action in ("direct", "reason", "plan", "read")
+    assert decide("What is 12 + 30?").action == "reason"
+    assert decide("Who will win the lottery tomorrow?").action == "abstain"
+    # nobody named here is in the index, and no training question reads like it: it abstains, or says that its
+    # estimate has no evidence behind it (docs/routing.md, "Evidence")
+    d = decide("Were Hedwig Pfannkuch and Oskar Zwiebelmeier of the same nationality?")
+    assert d.action == "abstain" or (d.state == "insufficient_evidence" and not d.calibrated)

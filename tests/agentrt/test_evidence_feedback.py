@@ -91,6 +91,28 @@ def test_estimates_carry_evidence_and_fall_back_to_the_training_rates_without_it
     assert d.state == "other_policy" and d.fallback == "rules" and not d.calibrated
 
 
+def test_out_of_evidence_the_prior_is_the_rate_on_training_runs_sharing_the_questions_cue(trained, tmp_path):
+    """Unlike every training question by its words, but arithmetic like half of them: the fallback claims what
+    each action did on the arithmetic runs (reason right on all 30, direct on none), not its overall rate (0.5)."""
+    fp = registry.policy_fingerprint(ScriptedBackend(["x"]))
+    path = tmp_path / "r.json"
+    _for(trained, fp.id).save(path)
+    model = RouterModel.load(path)
+    assert model.metrics["cue_rates"]["arithmetic"] == {"direct": [0.0, 30], "reason": [30.0, 30]}
+    q = ("My grandmother keeps asking me, before her birthday party starts tonight, how much 1234 * 5678 "
+         "comes to when her recipe cards are multiplied out?")
+    d = _decide(LearnedRouter(model, Settings(), policy=fp), q)
+    assert d.state == "insufficient_evidence" and d.fallback == "prior" and max(d.evidence.values()) < 3
+    assert d.action == "reason" and d.p_success["reason"] > 0.85 > 0.15 > d.p_success["direct"]
+    assert "'arithmetic' training runs" in d.reason
+    # a file without cue rates (written before them) shrinks toward the overall rates, as it did
+    data = json.loads(path.read_text())
+    del data["metrics"]["cue_rates"]
+    path.write_text(json.dumps(data))
+    d = _decide(LearnedRouter(RouterModel.load(path), Settings(), policy=fp), q)
+    assert d.fallback == "prior" and all(abs(d.p_success[a] - 0.5) < 0.05 for a in ("direct", "reason"))
+
+
 def test_train_metrics_report_ece_apart_for_calibrated_and_insufficient_runs(trained):
     by = trained.metrics["by_evidence"]
     assert set(by) == {"calibrated", "insufficient_evidence"}
@@ -141,13 +163,17 @@ def test_a_file_without_a_sample_estimates_evidence_from_its_moments(trained, tm
     far = _decide(router, "```python\ndef f(x):\n    return x\n```\nWhy does this code fail on my machine? Compare it "
                           "with the version from last week and then explain, step by step, what changed?")
     assert far.state == "insufficient_evidence" and far.fallback == "prior"  # its metrics carry base rates
-    # the shipped router is such a file: its decisions carry evidence and a state
+    # the shipped router carries its sample: its decisions carry kernel evidence and a state
     entry = registry.shipped()[0]
-    shipped = LearnedRouter(RouterModel.load(entry.path), Settings(), policy=registry.policy_fingerprint(None, "hf:embedded"))
+    shipped_model = RouterModel.load(entry.path)
+    assert shipped_model.evidence is not None and shipped_model.metrics["cue_rates"]["unknowable"]
+    shipped = LearnedRouter(shipped_model, Settings(), policy=registry.policy_fingerprint(None, "hf:embedded"))
     d = _decide(shipped, "What is the capital of France?")
-    assert d.state in ("calibrated", "insufficient_evidence") and d.evidence
-    d = _decide(shipped, "Were Hedwig Pfannkuch and Oskar Zwiebelmeier of the same nationality?")
-    assert d.state == "calibrated" and min(d.evidence.values()) >= 3
+    assert d.state == "calibrated" and d.evidence[d.action] >= 3 and d.action != "abstain"
+    # no training question reads like this one: it says so, and its unknowable cue's runs decide
+    d = _decide(shipped, "Who will win the lottery tomorrow?")
+    assert d.state == "insufficient_evidence" and d.fallback == "prior" and d.action == "abstain"
+    assert "'unknowable' training runs" in d.reason
 
 
 def test_feedback_from_the_sdk_and_cli_becomes_the_runs_reward(agentrt_home, capsys):

@@ -94,3 +94,17 @@ def test_an_ece_clearly_worse_blocks_even_a_better_value():
     assert not v.promote
     assert any("ECE regresses beyond its noise" in r for r in v.reasons)
     assert v.ece_interval is not None and v.ece_interval[0] > 0
+
+
+def test_too_few_held_out_questions_refuse_even_a_clear_win():
+    """On 8 held-out questions a bootstrap interval is overconfident (a shuffled-reward candidate once "won" by
+    +0.54 [+0.51, +0.59] there): the gate refuses and says to learn on more items; on 40 the same win promotes."""
+    outcomes = [1.0 if i % 10 < 3 else 0.0 for i in range(40)]
+    few = [e for e in _held(outcomes) if int(e.question[1:]) < 8]
+    v = compare(_policy("candidate", 0.30, outcomes[:8], 0.60), _policy("incumbent", 0.30, outcomes[:8], 0.10), few,
+                rounds=300)
+    assert not v.promote and v.interval[0] > 0
+    assert any("only 8 held-out questions" in r and "learn on more items" in r for r in v.reasons)
+    v = compare(_policy("candidate", 0.30, outcomes, 0.60), _policy("incumbent", 0.30, outcomes, 0.10),
+                _held(outcomes), rounds=300)
+    assert v.promote, v.reasons

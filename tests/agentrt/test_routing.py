@@ -226,3 +226,16 @@ def test_auto_is_the_default_and_falls_back_to_rules_when_no_router_ships(tmp_pa
     # hand-set priors are not calibrated for any policy; no learned router decided
     assert step["router"] == "rules" and step["calibrated"] is False and step["router_version"] == ""
     assert r.decision["calibrated"] is False
+
+
+def test_agentrt_route_shows_the_choice_a_run_could_make_without_an_index(agentrt_home, capsys):
+    """No index: a run's router may not choose plan or read (nothing to search), and `agentrt route` shows the
+    same restricted choice, not a read that the run would never make."""
+    from agentrt.app.cli import main
+
+    q = "Which magazine was started first, Arthur's Magazine or First for Women?"
+    assert main(["route", "--json", "--router", "fixed:read", q]) == 0
+    assert json.loads(capsys.readouterr().out)["action"] == "read"  # forced is forced: a fixed router is told
+    assert main(["route", "--json", q]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["action"] not in ("plan", "read") and set(d["probabilities"]) <= {"direct", "reason", "ask", "abstain"}

@@ -69,8 +69,9 @@ def cmd_route(args: argparse.Namespace) -> int:
         policy = load_backend(settings.policy, settings)
         ctx = RunContext("route", args.question, Budget(args.budget), policy, settings)
         scorer = ctx.score
-    router = make_router(settings.router, settings, policy=policy, scorer=scorer)
-    from agentrt.routes.index import corpus_signals  # what a run's router sees: the index's coverage too
+    from agentrt.routes.index import corpus_signals, routable  # what a run's router sees and may choose
+
+    router = make_router(settings.router, settings, policy=policy, scorer=scorer, actions=routable(settings))
 
     features = extract(args.question, index=corpus_signals(settings))
     decision = asyncio.run(router.decide(args.question, features, args.budget))
