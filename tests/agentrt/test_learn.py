@@ -49,6 +49,9 @@ def test_registry_round_trip_promote_and_rollback(tmp_path, agentrt_home, capsys
     assert listed["policy"] == fp.id and listed["in_use"] == "r002"
     status = {r["version"]: r["status"] for r in listed["routers"]}
     assert status["r002"] == "in use" and status["r001"] == "previously promoted"
+    # the shipped router says why it ships, not the verdict learn gave it in another home
+    shipped = next(r for r in listed["routers"] if r["version"].startswith("shipped:"))
+    assert shipped["verdict"] == RouterModel.load(registry.shipped()[0].path).provenance["shipped_note"]
     # the runtime's default for this policy is the promoted router
     router = make_router("auto", Settings())
     assert router.version == "r002" and not router.mismatch

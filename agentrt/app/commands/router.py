@@ -65,7 +65,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows.append({"version": e.version, "status": status, "policy": e.fingerprint_id or "-",
                      "date": e.provenance.get("date", "-"), "runs": (e.provenance.get("runs") or {}).get("total"),
                      "value": h.get("value"), "ece": h.get("ece"),
-                     "verdict": "; ".join((e.provenance.get("verdict") or {}).get("reasons") or []) or
+                     # a shipped file says why it ships (its learn verdict was in another home, on another incumbent)
+                     "verdict": e.provenance.get("shipped_note") or
+                                "; ".join((e.provenance.get("verdict") or {}).get("reasons") or []) or
                                 ("promote" if (e.provenance.get("verdict") or {}).get("promote") else "-"),
                      "observe": watch or None})
     if args.json:
