@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrt.router.features import CUES
+
 CALIBRATED = "calibrated"
 INSUFFICIENT = "insufficient_evidence"
 OTHER_POLICY = "other_policy"
@@ -189,17 +191,12 @@ def shrunk(p_success: dict[str, float], sizes: dict[str, float], base_rates: dic
     return out
 
 
-# the cues the rules route on (router.rules.RulesRouter): out of evidence, the fallback's prior for an action is
-# its success rate on the training runs that share the question's rarest cue ("Who will win the lottery
-# tomorrow?" is unlike every training question by its words, but 26 runs were `unknowable` ones, and abstaining
-# was right on 25 of them), not its rate over all runs. Only these: a yes/no or comparison cue says how a question
-# is put, not what answers it (the few yes/no runs were mostly ambiguous ones, where asking was right)
-CUES = ("unknowable", "ambiguous", "code", "arithmetic", "multi_hop", "multi_step")
-
-
 def cue_counts(rows: list[tuple[dict[str, float], str, float]]) -> dict[str, dict[str, list[float]]]:
-    """Per cue, per action: [successes, runs] over the training runs ``rows`` ((features, action, success))
-    with the cue set; cues no run had are left out."""
+    """Per cue (``features.CUES``), per action: [successes, runs] over the training runs ``rows`` ((features,
+    action, success)) with the cue set; cues no run had are left out. Out of evidence, the fallback's prior for an
+    action is its rate on the runs of the question's rarest cue (``cue_prior``): "Who will win the lottery
+    tomorrow?" is unlike every training question by its words, but abstaining was right on 25 of the 26
+    `unknowable` training runs."""
     out: dict[str, dict[str, list[float]]] = {}
     for features, action, success in rows:
         for cue in CUES:
@@ -216,7 +213,7 @@ def cue_prior(features: dict[str, float], counts: dict[str, dict[str, list[float
     rate of the training runs sharing the question's rarest cue (the one fewest runs had), itself shrunk toward
     the action's overall rate by its run count, ``(s + k * base) / (n + k)`` with ``k = minimum``. A question
     without a cue the training runs had gets the overall rates."""
-    held = [c for c in CUES if features.get(c) and c in counts]
+    held = [c for c in counts if features.get(c)]
     if not held:
         return dict(base_rates), ""
     cue = min(held, key=lambda c: sum(n for _, n in counts[c].values()))

@@ -79,6 +79,10 @@ NUMERIC_FEATURES = (
 # Read off the logged run when a router is trained (they depend on the index and the episodes at run time);
 # every other feature is a function of the question and its conversation, recomputed by ``extract``
 STATEFUL_FEATURES = ("past_success", "past_runs")
+# the 0/1 features that say what kind of question it is: the rules route on them, and a learned router out of
+# evidence claims what its training runs of the question's rarest cue achieved (evidence.cue_prior). Not yes/no or
+# comparison: they say how a question is put, not what answers it
+CUES = ("unknowable", "ambiguous", "code", "arithmetic", "multi_hop", "multi_step")
 # What ``index_signals`` returns (all 0 when no index is consulted, so a router trained with and without an
 # index reads "no index" apart from "the index lacks it": has_index says which)
 INDEX_FEATURES = ("coverage", "has_index", "index_bm25", "index_vector", "entity_overlap", "entity_miss",

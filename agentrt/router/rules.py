@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentrt.core.config import Settings
 from agentrt.router.decision import ACTIONS, RouteDecision, UtilityConfig, choose
+from agentrt.router.features import CUES
 
 
 def expected_tokens(features: dict[str, float], settings: Settings) -> dict[str, float]:
@@ -54,7 +55,7 @@ class RulesRouter:
 
     def decide_sync(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:
         p = rule_p_success(features)
-        cues = [k for k in ("arithmetic", "code", "multi_hop", "multi_step", "ambiguous", "unknowable") if features[k]]
+        cues = [k for k in CUES if features[k]]
         d = choose(self.name, p, expected_tokens(features, self.settings), budget, self.cfg, features=features)
         d.reason = f"{d.action}: " + (f"cues {', '.join(cues)}; " if cues else "no special cues; ") + d.reason
         return d

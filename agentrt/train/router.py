@@ -261,8 +261,7 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     model.temperature = temperature
     # each action's success rate over its training runs: what the router claims out of evidence (evidence.shrunk)
     base_rates = {a: round(sum(e.success for e in examples if e.action == a) / runs[a], 4) for a in actions}
-    features = [dict(zip(NUMERIC_FEATURES, e.x)) for e in examples]
-    cue_rates = evidence.cue_counts([(f, e.action, e.success) for f, e in zip(features, examples)])
+    cue_rates = evidence.cue_counts([(dict(zip(NUMERIC_FEATURES, e.x)), e.action, e.success) for e in examples])
     model.metrics = {**report(preds, examples, lam), "examples": len(examples), "questions": len(questions),
                      "base_rates": base_rates, "cue_rates": cue_rates,
                      "folds": k, "actions": actions, "l2": pick, "temperature": temperature,

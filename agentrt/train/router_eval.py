@@ -66,9 +66,10 @@ def deciding_estimator(model: RouterModel, settings: Settings) -> tuple[Estimato
             pick = choose("learned", p, t, e.budget, cfg).action
             sizes = model.effective_sizes(e.x)[0]
             ok = sizes.get(pick, 0.0) >= minimum
-            prior = model.prior(e.x, minimum)[0] if base else {}
-            fallback = (shrunk(p, sizes, prior, minimum), t) if base else rules(e)
-            cache[id(e)] = ((p, t) if ok else fallback, ok)
+            if ok:
+                cache[id(e)] = ((p, t), ok)
+            else:
+                cache[id(e)] = ((shrunk(p, sizes, model.prior(e.x, minimum)[0], minimum), t) if base else rules(e), ok)
         return cache[id(e)]
 
     return (lambda e: decide(e)[0]), (lambda e: decide(e)[1])
