@@ -46,6 +46,12 @@ SQUAD_SUITE = DATA_DIR / "squad-dev.jsonl"
 SQUAD_CORPUS = DATA_DIR / "squad-corpus.jsonl"
 SQUAD_ARTICLES = ("Amazon_rainforest", "Black_Death", "Pharmacy", "Jacksonville,_Florida")
 SQUAD_PER_ARTICLE = 40  # half answerable, half SQuAD's unanswerable
+# Two families no shipped router is trained on (adapt_bench's): the shapes of squad and hotpotqa-index, other
+# articles and other questions, each with its own index. Never explore them for a router that ships.
+SQUAD_HELDOUT_ARTICLES = ("Oxygen", "Steam_engine", "Warsaw", "Normans")
+HOTPOT_HELDOUT_START = 3000  # past hotpotqa-index's questions (1000-), before abstain_bench's (5000-)
+HELDOUT = {"squad-heldout": (DATA_DIR / "squad-heldout-dev.jsonl", DATA_DIR / "squad-heldout-corpus.jsonl"),
+           "hotpotqa-heldout": (DATA_DIR / "hotpotqa-heldout-dev.jsonl", DATA_DIR / "hotpotqa-heldout-corpus.jsonl")}
 DOCS_SUITE = DATA_DIR / "docs-dev.jsonl"
 DOCS_CORPUS = DATA_DIR / "docs-corpus.jsonl"
 DOC_CHUNK_CHARS = 900
@@ -56,7 +62,8 @@ INDEX_QUESTIONS = 160  # half answerable from the index, half not
 INDEX_START = 1000
 
 
-def build_index_dev(source: list[dict], n: int = INDEX_QUESTIONS, start: int = INDEX_START) -> tuple[list[dict], list[dict]]:
+def build_index_dev(source: list[dict], n: int = INDEX_QUESTIONS, start: int = INDEX_START,
+                    corpus: Path = INDEX_CORPUS) -> tuple[list[dict], list[dict]]:
     """(items, passages): ``n`` questions from ``source[start:]`` (yes/no answers skipped), alternately
     answerable (all 10 paragraphs indexed) and unanswerable (their supporting-fact paragraphs left out of the
     whole index, also where another question lists them)."""
@@ -64,7 +71,7 @@ def build_index_dev(source: list[dict], n: int = INDEX_QUESTIONS, start: int = I
     items, removed = [], set()
     for i, q in enumerate(chosen):
         answerable = i % 2 == 0
-        item = {"id": f"hi{i:02d}-{q['_id'][:8]}", "question": q["question"].strip(), "corpus": INDEX_CORPUS.name}
+        item = {"id": f"hi{i:02d}-{q['_id'][:8]}", "question": q["question"].strip(), "corpus": corpus.name}
         if answerable:
             item |= {"type": "qa", "answer": q["answer"]}
         else:
@@ -117,7 +124,8 @@ def squad_source() -> Path:
 
 
 def build_squad(data: list[dict], articles: tuple[str, ...] = SQUAD_ARTICLES,
-                per_article: int = SQUAD_PER_ARTICLE) -> tuple[list[dict], list[dict]]:
+                per_article: int = SQUAD_PER_ARTICLE, family: str = "squad",
+                corpus: Path = SQUAD_CORPUS) -> tuple[list[dict], list[dict]]:
     """(items, passages): per article, ``per_article`` questions taken round-robin over its paragraphs,
     alternately answerable and unanswerable; every paragraph of the articles is a passage."""
     items, passages = [], []
@@ -136,14 +144,28 @@ def build_squad(data: list[dict], articles: tuple[str, ...] = SQUAD_ARTICLES,
             else:
                 queues[want] = [[]]
         for q in chosen:
-            item = {"id": f"sq-{q['id'][-8:]}", "question": q["question"].strip(), "corpus": SQUAD_CORPUS.name,
-                    "family": "squad"}
+            item = {"id": f"sq-{q['id'][-8:]}", "question": q["question"].strip(), "corpus": corpus.name,
+                    "family": family}
             if q["is_impossible"]:
                 item |= {"type": "unanswerable"}
             else:
                 item |= {"type": "qa", "answers": list(dict.fromkeys(a["text"].strip() for a in q["answers"]))}
             items.append(item)
     return items, passages
+
+
+def write_heldout(hotpotqa: list[dict]) -> dict[str, tuple[int, int]]:
+    """Write the two held-out families (``HELDOUT``); per family (items, passages). ``hotpotqa``: the HotpotQA
+    dev source (``evals.multiturn._source``)."""
+    squad_data = json.loads(squad_source().read_text(encoding="utf-8"))["data"]
+    built = {"squad-heldout": build_squad(squad_data, SQUAD_HELDOUT_ARTICLES, family="squad-heldout",
+                                          corpus=HELDOUT["squad-heldout"][1]),
+             "hotpotqa-heldout": build_index_dev(hotpotqa, start=HOTPOT_HELDOUT_START,
+                                                 corpus=HELDOUT["hotpotqa-heldout"][1])}
+    for family, (items, passages) in built.items():
+        _write(HELDOUT[family][0], items)
+        _write(HELDOUT[family][1], passages)
+    return {family: (len(items), len(passages)) for family, (items, passages) in built.items()}
 
 
 def build_docs_corpus(docs: Path, chunk: int = DOC_CHUNK_CHARS) -> list[dict]:
@@ -252,12 +274,13 @@ def main() -> None:
     squad, squad_passages = build_squad(json.loads(squad_source().read_text(encoding="utf-8"))["data"])
     _write(SQUAD_SUITE, squad)
     _write(SQUAD_CORPUS, squad_passages)
+    heldout = write_heldout(source)
     _write(DOCS_SUITE, build_docs())
     _write(DOCS_CORPUS, build_docs_corpus(Path(__file__).resolve().parents[1] / "docs"))
     lacking = sum(1 for i in items if i["type"] == "unanswerable")
     print(f"{len(items)} items ({lacking} the index lacks) -> {INDEX_SUITE}; {len(passages)} passages -> {INDEX_CORPUS}; "
           f"40 items -> {ARITH_SUITE}; {len(squad)} items, {len(squad_passages)} passages -> {SQUAD_SUITE}; "
-          f"{len(DOC_QUESTIONS)} items -> {DOCS_SUITE}")
+          f"{len(DOC_QUESTIONS)} items -> {DOCS_SUITE}; held-out families (items, passages): {heldout}")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,10 @@ class FixedRouter:
         self.name = self.name or f"fixed:{self.route}"
 
     def choose(self, item: Item) -> Choice:
-        return Choice(self.route)
+        # decided by agentrt's own fixed router, so the run records the decision with the question's features
+        # (its index signals included) at propensity 1, like any router's: a grid of fixed runs trains and
+        # values routers that read those features
+        return Choice(self.route, router=f"fixed:{self.route}")
 
 
 @dataclass(slots=True)

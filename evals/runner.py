@@ -104,7 +104,9 @@ async def run_one(agent: Any, task: Task, config: EvalConfig) -> dict[str, Any]:
     base = task_base(task, config, choice.p_success)
     started = time.perf_counter()
     try:
-        result = await agent.arun(task.item.question, budget=config.budget, route=choice.route, router=choice.router,
+        # a router decides when the choice names one (a fixed one too: its decision step records the features)
+        result = await agent.arun(task.item.question, budget=config.budget,
+                                  route=None if choice.router else choice.route, router=choice.router,
                                   temperature=config.temperature, seed=base["seed"], task=run_task(task.item),
                                   metadata={TASK_KEY: task.key}, tools=eval_tools(agent, config))
     except Exception as e:  # noqa: BLE001 - one bad item (too long, backend hiccup) must not stop the eval

@@ -75,13 +75,16 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Setting
     if len({e.question for e in train}) < 2 or not held:
         raise InputError(f"too few questions to learn from ({len({e.question for e in examples})}, "
                          f"{len(held)} runs held out); explore more items (raise --limit or add suites)")
-    candidate = train_router([], lam=lam, folds=folds, seed=seed, examples=train)
+    old = incumbent.model()
+    same_policy = old is not None and (old.provenance or {}).get("policy", {}).get("id") == fingerprint.id
+    # the router in use's base rates are what the candidate's rarely-run actions start from (train_router's prior)
+    candidate = train_router([], lam=lam, folds=folds, seed=seed, examples=train,
+                             prior=old.base_rates if same_policy and old is not None else None)
     actions = tuple(sorted({e.action for e in examples}))
     q = model_estimator(candidate)  # the reward model of the DR estimates: fit on the training slice only
     cand_cfg = config(lam, actions, dict(getattr(settings, "router_floors", {}) or {}))
     cand = evaluate("candidate", model_estimator(candidate), q, held, cand_cfg, rounds, seed)
-    old = incumbent.model()
-    if old is not None and (old.provenance or {}).get("policy", {}).get("id") == fingerprint.id:
+    if same_policy and old is not None:
         inc = evaluate(incumbent.name, model_estimator(old), q, held, cand_cfg, rounds, seed)
     else:  # the rules, or a router for another policy (which falls back to the rule priors at run time)
         from agentrt.router.decision import UtilityConfig

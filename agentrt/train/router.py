@@ -45,6 +45,9 @@ TEMPERATURES = (0.5, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0)  # calibration: l
 # model per action has ~140 inputs (held by L2), so an action needs a few dozen runs, with both outcomes,
 # before its p_success means anything; and the out-of-fold report (ECE, policy value) is over questions.
 MIN_RUNS_PER_ACTION = 30
+# the pseudo-runs at the pooled success rate every action's success model starts from (``_fit_routers``): the
+# evidence threshold's count (evidence.MIN_EVIDENCE), the same pull the fallback's shrinkage uses
+PRIOR_RUNS = evidence.MIN_EVIDENCE
 MIN_QUESTIONS = 20
 # the evidence kernel's inputs (agentrt.router.evidence): None = all, hashed words included. Measured on three
 # document families left out in turn (evals/bench/family_bench.py --evidence numeric|all, docs/routing.md): the
@@ -214,7 +217,8 @@ def ece_floor(probs: list[float], rounds: int = 200, seed: int = 0) -> float:
 
 
 def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, seed: int = 0, strict: bool = False,
-                 read_report: ReadReport | None = None, examples: list[Example] | None = None) -> RouterModel:
+                 read_report: ReadReport | None = None, examples: list[Example] | None = None,
+                 prior: dict[str, float] | None = None) -> RouterModel:
     """Fit, calibrate and evaluate a learned router; the report is in ``model.metrics``.
 
     Cross-fitting by question: every run is predicted by models fit on the other folds' questions.
@@ -222,6 +226,9 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     (lowest log-loss) and give the report (ECE, Brier, policy value). The returned model is then fit
     on all runs with the chosen strengths and temperature. ``strict`` / ``read_report``: see ``load_examples``.
     ``examples``: fit on these (already loaded, e.g. a training slice) instead of reading ``paths``.
+    ``prior``: per action, the success rate its ``PRIOR_RUNS`` pseudo-runs carry (``agentrt learn`` passes the
+    router in use's base rates: what it knew before this data); an action without one, and every action when
+    None, gets the pooled rate of ``examples``.
     """
     if examples is None:
         examples = load_examples(paths, strict=strict, read_report=read_report)
@@ -237,7 +244,7 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     support: dict[int, float] = {}  # out-of-fold evidence for the action each run took
     for fold in range(k):
         rows = [e for e in examples if fold_of[e.question] != fold]
-        models = _fit_routers(rows, lam, L2_GRID)
+        models = _fit_routers(rows, lam, L2_GRID, prior)
         for i, e in enumerate(examples):
             if fold_of[e.question] == fold:
                 tokens[i] = models[0].predict(e.x)[1]
@@ -257,14 +264,17 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     temperature = min(TEMPERATURES, key=lambda t: _nll([(z / t if z is not None else None, y) for z, y in own]))
     preds = [({a: sigmoid(z / temperature) for a, z in lg.items() if z is not None}, tokens[i])
              for i, lg in enumerate(logits)]
-    model = _fit_routers(examples, lam, [pick])[0]
+    model = _fit_routers(examples, lam, [pick], prior)[0]
     model.temperature = temperature
     # each action's success rate over its training runs: what the router claims out of evidence (evidence.shrunk)
-    base_rates = {a: round(sum(e.success for e in examples if e.action == a) / runs[a], 4) for a in actions}
+    # (shrunk toward the prior by PRIOR_RUNS pseudo-runs, as each success model's intercept is)
+    start = _prior_rates(examples, actions, prior)
+    base_rates = {a: round((sum(e.success for e in examples if e.action == a) + PRIOR_RUNS * start[a])
+                           / (runs[a] + PRIOR_RUNS), 4) for a in actions}
     cue_rates = evidence.cue_counts([(dict(zip(NUMERIC_FEATURES, e.x)), e.action, e.success) for e in examples])
     model.metrics = {**report(preds, examples, lam), "examples": len(examples), "questions": len(questions),
                      "base_rates": base_rates, "cue_rates": cue_rates,
-                     "folds": k, "actions": actions, "l2": pick, "temperature": temperature,
+                     "folds": k, "prior": {a: round(v, 4) for a, v in start.items()}, "actions": actions, "l2": pick, "temperature": temperature,
                      "warnings": data_warnings(examples),
                      "by_evidence": by_evidence(preds, examples, [support[i] for i in range(len(examples))])}
     return model
@@ -341,7 +351,14 @@ def _nll(pairs: list[tuple[float | None, float]]) -> float:
     return total / max(1, n)
 
 
-def _fit_routers(rows: list[Example], lam: float, strengths: list[Strength] | list[dict[str, Strength]]) -> list[RouterModel]:
+def _prior_rates(rows: list[Example], actions: Sequence[str], prior: dict[str, float] | None) -> dict[str, float]:
+    """The rate each action's pseudo-runs carry: ``prior``'s, else the pooled success rate of ``rows``."""
+    pooled = sum(e.success for e in rows) / max(1, len(rows))
+    return {a: min(1.0, max(0.0, float((prior or {}).get(a, pooled)))) for a in actions}
+
+
+def _fit_routers(rows: list[Example], lam: float, strengths: list[Strength] | list[dict[str, Strength]],
+                 prior: dict[str, float] | None = None) -> list[RouterModel]:
     """One router per entry of ``strengths`` (one L2 strength for every action, or one per action), all fit
     on ``rows``: per action, success (logistic) and log-token (ridge) models on the runs that took it,
     weighted by the clipped inverse propensity. The standardization and the token models don't depend
@@ -359,12 +376,22 @@ def _fit_routers(rows: list[Example], lam: float, strengths: list[Strength] | li
     tok = {a: _ridge(Z[took[a]], log_tokens[took[a]], weights[took[a]], _penalty(Z.shape[1], TOKENS_L2)) for a in names}
     # what each success model was fit on, so the router can say how many runs resemble a question
     sample = evidence.build([e.x for e in rows], [e.action for e in rows], mean, std, dims=EVIDENCE_DIMS)
+    # PRIOR_RUNS pseudo-runs per action at its prior rate (``_prior_rates``), on the average question (every
+    # standardized input 0, so only the intercept feels them): an action's rate from a handful of runs is pulled
+    # toward what was known before, so one lucky run does not claim p_success 1.0 (nor three failures 0.0)
+    start = _prior_rates(rows, names, prior)
+    pseudo = np.zeros((2, Z.shape[1]))
+    pseudo[:, -1] = 1.0
+    fit = {a: (np.vstack([Z[took[a]], pseudo]), np.concatenate([success[took[a]], [1.0, 0.0]]),
+               np.concatenate([weights[took[a]],
+                               weights[took[a]].mean() * PRIOR_RUNS * np.array([start[a], 1 - start[a]])]))
+           for a in names}
     routers = []
     for l2 in strengths:
         actions = {}
         for a in names:
             strength = l2[a] if isinstance(l2, dict) else l2
-            coef = _logistic(Z[took[a]], success[took[a]], weights[took[a]], _penalty(Z.shape[1], strength))
+            coef = _logistic(*fit[a], _penalty(Z.shape[1], strength))
             actions[a] = ActionModel(coef[:-1].tolist(), float(coef[-1]), tok[a][:-1].tolist(), float(tok[a][-1]))
         routers.append(RouterModel(mean, std, actions, 1.0, lam, evidence=sample))
     return routers

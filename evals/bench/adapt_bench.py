@@ -1,18 +1,24 @@
 """Benchmark: how fast the router adapts to a family of questions from traffic with feedback (issue 39).
 
-    .venv/bin/python -m evals.bench.adapt_bench --family simpleqa --n 0 25 50 --heldout 25 --out adapt-out
+    .venv/bin/python -m evals.bench.adapt_bench --family squad-heldout hotpotqa-heldout --n 0 25 50 100 \
+        --heldout 60 --budget 2048 --out adapt-out
 
-Per family (a built-in suite or dev set): its items are split by a stable hash into a traffic pool and a
-held-out set. Both are run once each by ``agentrt learn --explore-only`` in a scratch home, logged by the
-router in use there (the shipped one, its evidence fallback included) with production-like exploration
-(``--epsilon``, no free abstain runs, no minimum shares): the verifier's verdict plays the user's feedback.
-Resumable: the runs are trajectories under OUT/FAMILY/{traffic,heldout}.
+Per family (a built-in suite or dev set; ``squad-heldout`` and ``hotpotqa-heldout`` are the two no shipped router
+was trained on, ``evals.devsets.HELDOUT``): its items are split by a stable hash into a traffic pool and a
+held-out set, in a scratch home whose router is the shipped one.
 
-Then, for each N: a router trained on the first N traffic runs (what ``agentrt learn --traffic`` trains on; N = 0:
-the shipped router, zero-shot) decides the held-out questions as the runtime would (the learned estimate when
-the chosen action has evidence, ``router_min_evidence``; else the rules), scored off-policy on the logged
-held-out runs (doubly robust, 95% bootstrap interval): value, success, tokens; ECE of the deciding estimate for
-the action logged, over all runs and over those whose estimate was ``calibrated``; beside the best fixed action.
+* Traffic: the pool is run once by ``agentrt learn --explore-only``, logged by the shipped router with
+  exploration (``--epsilon``, no free abstain runs, no minimum shares); the verifier's verdict plays the user's
+  feedback.
+* Held out: every held-out question is run once with each action of ``--grid`` (`agentrt eval`, fixed routers),
+  so a router's choices are valued from runs of them (doubly robust, 95% bootstrap interval by question).
+
+Then, for each N: what `agentrt learn` does with the first N traffic runs (``learn_round``: a candidate trained on
+its training slice, judged against the shipped router on its own held-out slice, promoted or not); the router
+in use afterwards decides the held-out questions as the runtime would (its estimate where the action has
+evidence, else the fallback): value, success, tokens, ECE over all decisions and over those marked
+``calibrated``; beside the best fixed action; the candidate's own figures beside it. Resumable: the runs are
+under OUT/FAMILY/{traffic,heldout-grid}.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from pathlib import Path
 from evals.bench.common import ROOT, parser, reuse_converted_model, show, table
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# the held-out grid: plan is left out (~1,800 tokens a run on a CPU; DR values a router's plan from its model)
+GRID = ("abstain", "ask", "direct", "read", "reason")
 
 
 def _split(family: str, out: Path, heldout: int) -> tuple[Path, Path]:
@@ -59,6 +67,19 @@ def _log(suite: Path, out: Path, home: Path, args) -> Path:
     return out / "trajectories"
 
 
+def _grid(suite: Path, out: Path, args) -> Path:
+    """Run (or resume) every held-out question once with each action of ``args.grid`` (`agentrt eval`, fixed
+    routers, in a home of its own): any router's choice is then valued from a run of it, not extrapolated from
+    the few an exploring logger happened to make."""
+    env = reuse_converted_model({**os.environ, "AGENTRT_HOME": str(out / "home")})
+    cmd = [sys.executable, "-m", "agentrt.app.cli", "eval", "--suite", str(suite), "--budget", str(args.budget),
+           "--workers", str(args.workers), "--out", str(out / "eval"), "--no-progress"]
+    for action in args.grid:
+        cmd += ["--router", f"fixed:{action}"]
+    subprocess.run(cmd, env=env, cwd=ROOT, check=True)
+    return out / "home" / "trajectories"
+
+
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--family", nargs="+", default=["simpleqa"], help="suites left out of the shipped router's data")
@@ -68,6 +89,8 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=0.3, help="exploration share while logging (default 0.3)")
     ap.add_argument("--budget", type=int, default=384, help="token budget per run (default 384)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--grid", nargs="+", default=list(GRID), help="actions every held-out question is run with "
+                    f"(default: {' '.join(GRID)}; a router's other choices are valued by its reward model)")
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
     ap.add_argument("--out", default="adapt-out")
     args = ap.parse_args()
@@ -76,8 +99,8 @@ def main() -> None:
     from agentrt.core.config import Settings
     from agentrt.router import registry
     from agentrt.router.learned import RouterModel
-    from agentrt.train.router import calibration, load_examples, train_router
-    from agentrt.train.router_eval import config, deciding_estimator, evaluate, fixed_estimator
+    from agentrt.train.router import load_examples
+    from agentrt.train.router_eval import config, evaluate, fixed_estimator
 
     out = Path(args.out).resolve()
     home = out / "home"  # scratch: nothing promoted, so the shipped router logs the traffic
@@ -87,8 +110,7 @@ def main() -> None:
     for family in args.family:
         traffic_suite, heldout_suite = _split(family, out, args.heldout)
         traffic = load_examples([_log(traffic_suite, out / family / "traffic", home, args)])
-        args_h = argparse_copy(args, limit=None)
-        held = load_examples([_log(heldout_suite, out / family / "heldout", home, args_h)])
+        held = load_examples([_grid(heldout_suite, out / family / "heldout-grid", args)])
         order = sorted({e.question for e in traffic}, key=lambda q: next(i for i, e in enumerate(traffic) if e.question == q))
         actions = tuple(sorted({e.action for e in held}))
         ran = [a for a in actions if sum(e.action == a for e in held) >= 3]
@@ -99,40 +121,95 @@ def main() -> None:
             if n and len({e.question for e in rows}) < 2:
                 print(f"{family} N={n}: too few traffic questions ({len(rows)} runs)")
                 continue
-            model = shipped if n == 0 else train_router([], lam=args.lam, folds=min(5, n), examples=rows)
-            estimate, calibrated = deciding_estimator(model, settings)
-            cand = evaluate(f"N={n}", estimate, estimate, held, config(args.lam, tuple(model.actions)))
-            pairs = [(estimate(e)[0].get(e.action), e.success, calibrated(e)) for e in held]
-            pairs = [(p, y, c) for p, y, c in pairs if p is not None]
-            both = calibration([p for p, _, _ in pairs], [y for _, y, _ in pairs])
-            cal = [(p, y) for p, y, c in pairs if c]
-            ece_cal = calibration([p for p, _ in cal], [y for _, y in cal])["ece"] if cal else None
+            # what `agentrt learn --traffic` does with these runs: train a candidate, judge it against the
+            # router in use (the shipped one) on its own held-out slice, promote it or keep the shipped one
+            candidate = gate = None
+            refused = None
+            if n:
+                candidate, gate = _learn(rows, shipped, settings, family, args.lam)
+                refused = _shuffled_refused(rows, shipped, args.lam)
+            in_use = candidate if gate and gate.promoted else shipped
+            row = {"family": family, "n": n, "runs": len(rows), "heldout_runs": len(held),
+                   "gate": None if gate is None else ("promoted" if gate.promoted else "kept"),
+                   "verdict": None if gate is None else gate.verdict.lines() + gate.verdict.reasons,
+                   "shuffled_refused": refused,
+                   **_score(in_use, held, settings, args.lam)}
+            if candidate is not None:
+                row["candidate"] = _score(candidate, held, settings, args.lam)
             best = max(fixed, key=lambda p: (round(p.success, 3), p.value)) if fixed else None
-            results.append({"family": family, "n": n, "runs": len(rows), "heldout_runs": len(held),
-                            "value": round(cand.value, 4), "interval": [round(x, 4) for x in cand.interval],
-                            "success": round(cand.success, 4), "tokens": round(cand.tokens, 1),
-                            "ece": both["ece"], "ece_calibrated": ece_cal, "calibrated_share": round(len(cal) / max(1, len(pairs)), 3),
-                            "best_fixed": None if best is None else {"action": best.name, "value": round(best.value, 4),
-                                                                     "success": round(best.success, 4),
-                                                                     "tokens": round(best.tokens, 1)},
-                            "actions": cand.actions})
+            row["best_fixed"] = None if best is None else {"action": best.name, "value": round(best.value, 4),
+                                                           "success": round(best.success, 4),
+                                                           "tokens": round(best.tokens, 1)}
+            results.append(row)
     (out / "adapt.json").write_text(json.dumps(results, indent=1))
     f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     show(table(f"adaptation from traffic with feedback (held out: {args.heldout} questions per family; "
-               "value = DR estimate of score - lambda*tokens/budget [95%])",
-               ["family", "N", "value [95%]", "success", "tokens", "ECE all", "ECE calibrated (share)",
-                "best fixed: value, success, tokens", "actions"],
-               [[r["family"], r["n"], f"{r['value']:+.3f} [{r['interval'][0]:+.3f}, {r['interval'][1]:+.3f}]",
+               "value = DR estimate of score - lambda*tokens/budget [95%]); the router in use after `learn` "
+               "(the shipped one unless the gate promoted the candidate), and the candidate itself",
+               ["family", "N", "gate", "value [95%]", "success", "tokens", "ECE all", "ECE calibrated (share)",
+                "best fixed: value, success, tokens", "actions", "candidate: value, ECE all, calibrated",
+                "shuffled-reward candidate"],
+               [[r["family"], r["n"], r["gate"] or "-",
+                 f"{r['value']:+.3f} [{r['interval'][0]:+.3f}, {r['interval'][1]:+.3f}]",
                  f(r["success"]), f"{r['tokens']:.0f}", f(r["ece"]), f"{f(r['ece_calibrated'])} ({r['calibrated_share']:.0%})",
                  "-" if not r["best_fixed"] else f"{r['best_fixed']['action']} {r['best_fixed']['value']:+.3f}, "
                  f"{r['best_fixed']['success']:.3f}, {r['best_fixed']['tokens']:.0f}",
-                 " ".join(f"{a}:{k}" for a, k in sorted(r["actions"].items()))] for r in results]), width=200)
+                 " ".join(f"{a}:{k}" for a, k in sorted(r["actions"].items())),
+                 "-" if "candidate" not in r else f"{r['candidate']['value']:+.3f}, {f(r['candidate']['ece'])}, "
+                 f"{f(r['candidate']['ece_calibrated'])}",
+                 "-" if r["shuffled_refused"] is None else "refused" if r["shuffled_refused"] else "PROMOTED"]
+                for r in results]), width=260)
 
 
-def argparse_copy(args, **changes):
-    import argparse
+def _learn(rows, shipped, settings, family: str, lam: float):
+    """(candidate, RoundReport): ``learn_round`` on ``rows`` in a scratch home whose promoted router is ``shipped``."""
+    import tempfile
 
-    return argparse.Namespace(**{**vars(args), **changes})
+    from agentrt.router import registry
+    from agentrt.router.learned import RouterModel
+    from agentrt.train.learn import Incumbent, learn_round
+
+    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    with tempfile.TemporaryDirectory() as home:
+        entry = registry.add(Path(home), shipped)
+        registry.promote(Path(home), entry.version)
+        report = learn_round(rows, Incumbent(entry), settings.model_copy(update={"home": home}), fingerprint,
+                             suites=[family], lam=lam)
+        candidate = RouterModel.load(registry.find(Path(home), report.version).path) if report.version else None
+    return candidate, report
+
+
+def _shuffled_refused(rows, shipped, lam: float) -> bool:
+    """Whether the gate refuses a deliberately worse candidate: fit on the training slice of ``rows`` with their
+    rewards shuffled, judged against the shipped router on the true rewards of the held-out slice."""
+    from agentrt.train.router import train_router
+    from agentrt.train.router_eval import compare, config, evaluate, model_estimator, split
+    from evals.bench.family_bench import shuffled
+
+    train, held = split(rows, 0.3, 0)
+    bad = train_router([], lam=lam, examples=shuffled(train), prior=shipped.base_rates)
+    q = model_estimator(bad)
+    cfg = config(lam, tuple(sorted({e.action for e in rows})))
+    return not compare(evaluate("shuffled", model_estimator(bad), q, held, cfg),
+                       evaluate("shipped", model_estimator(shipped), q, held, cfg), held).promote
+
+
+def _score(model, held, settings, lam: float) -> dict:
+    """A router as the runtime runs it (its estimate where it has evidence, else the fallback), on the logged
+    held-out runs: DR value with its interval, success, tokens, ECE over all runs and over the calibrated ones."""
+    from agentrt.train.router import calibration
+    from agentrt.train.router_eval import config, deciding_estimator, evaluate
+
+    estimate, calibrated = deciding_estimator(model, settings)
+    ev = evaluate("router", estimate, estimate, held, config(lam, tuple(model.actions)))
+    pairs = [(estimate(e)[0].get(e.action), e.success, calibrated(e)) for e in held]
+    pairs = [(p, y, c) for p, y, c in pairs if p is not None]
+    cal = [(p, y) for p, y, c in pairs if c]
+    return {"value": round(ev.value, 4), "interval": [round(x, 4) for x in ev.interval],
+            "success": round(ev.success, 4), "tokens": round(ev.tokens, 1),
+            "ece": calibration([p for p, _, _ in pairs], [y for _, y, _ in pairs])["ece"],
+            "ece_calibrated": calibration([p for p, _ in cal], [y for _, y in cal])["ece"] if cal else None,
+            "calibrated_share": round(len(cal) / max(1, len(pairs)), 3), "actions": ev.actions}
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def adapt(family, fam, zero, settings, fingerprint, args, actions):
         # the deliberately worse candidate: fit on the training slice with its rewards shuffled, judged on the
         # true rewards of the held-out slice by the same gate
         train, heldslice = split(rows, 0.3, 0)
-        bad = train_router([], lam=args.lam, examples=shuffled(train))
+        bad = train_router([], lam=args.lam, examples=shuffled(train), prior=zero.base_rates)  # as learn_round's
         q = model_estimator(bad)
         cfg = config(args.lam, tuple(sorted({e.action for e in rows})))
         verdict = compare(evaluate("shuffled", model_estimator(bad), q, heldslice, cfg),

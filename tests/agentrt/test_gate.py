@@ -108,3 +108,33 @@ def test_too_few_held_out_questions_refuse_even_a_clear_win():
     v = compare(_policy("candidate", 0.30, outcomes, 0.60), _policy("incumbent", 0.30, outcomes, 0.10),
                 _held(outcomes), rounds=300)
     assert v.promote, v.reasons
+
+
+def test_learn_starts_a_rarely_run_action_from_the_router_in_use(tmp_path):
+    """`learn` gives the candidate's pseudo-runs the incumbent's base rates: two failed `ask` runs in traffic that
+    mostly succeeded must not leave `ask` near the traffic's pooled rate (the 0.26-0.32 that made adapt_bench's
+    promoted candidate claim ask and reason on a new family; docs/routing.md)."""
+    from pathlib import Path
+
+    from agentrt.core.config import Settings
+    from agentrt.router import registry
+    from agentrt.router.learned import RouterModel
+    from agentrt.train.learn import Incumbent, learn_round
+
+    def ask_runs(n: int, start: int) -> list[Example]:
+        return [Example(question=f"q{i}", x=[0.0] * DIM, action="ask", propensity=0.05,
+                        probs={"direct": 0.45, "reason": 0.5, "ask": 0.05}, success=0.0, reward=0.0, tokens=50.0,
+                        budget=1000) for i in range(start, start + n)]
+
+    settings = Settings(home=tmp_path)
+    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    old = train_router([], examples=_runs(80, seed=2) + ask_runs(40, 0))
+    old.provenance = {"policy": fingerprint.to_dict()}
+    entry = registry.add(Path(tmp_path), old)
+    registry.promote(Path(tmp_path), entry.version)
+    traffic = _runs(60) + ask_runs(2, 1)
+    report = learn_round(traffic, Incumbent(entry), settings, fingerprint, suites=["t"], promote=False)
+    candidate = RouterModel.load(registry.find(Path(tmp_path), report.version).path)
+    assert candidate.metrics["prior"]["ask"] == old.base_rates["ask"] < 0.1
+    pooled = train_router([], examples=[e for e in traffic if e.question in {x.question for x in split(traffic, 0.3)[0]}])
+    assert candidate.base_rates["ask"] < 0.1 < pooled.base_rates["ask"]

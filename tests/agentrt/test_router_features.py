@@ -146,6 +146,32 @@ def test_the_dev_sets_are_what_their_builder_makes():
     assert {i.type for i in suite.items} == {"qa", "unanswerable"} and all(i.corpus for i in suite.items)
 
 
+def test_the_held_out_families_are_new_to_the_shipped_router():
+    """squad-heldout and hotpotqa-heldout (adapt_bench's) share no question or passage with the families the
+    shipped router was trained on, half their items are unanswerable from their own index, and the shipped
+    router's provenance does not name them."""
+    from agentrt.router import registry
+    from agentrt.router.learned import RouterModel
+    from evals.devsets import HELDOUT, INDEX_CORPUS, INDEX_SUITE, SQUAD_CORPUS, SQUAD_SUITE
+    from evals.suites import load_suite
+
+    def lines(path):
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    seen_questions = {r["question"] for r in lines(INDEX_SUITE) + lines(SQUAD_SUITE)}
+    seen_passages = {r["text"] for r in lines(INDEX_CORPUS) + lines(SQUAD_CORPUS)}
+    provenance = RouterModel.load(registry.shipped()[0].path).provenance
+    for family, (suite_path, corpus_path) in HELDOUT.items():
+        items, passages = lines(suite_path), lines(corpus_path)
+        assert len(items) == 160 and sum(r["type"] == "unanswerable" for r in items) == 80
+        assert not seen_questions & {r["question"] for r in items}
+        assert not seen_passages & {p["text"] for p in passages}
+        titles = {p["title"] for p in passages}
+        assert all(t not in titles for r in items for t in r.get("index_lacks", []))
+        assert all(i.corpus == str(corpus_path) for i in load_suite(family).items)
+        assert family not in provenance["suites"]
+
+
 def test_an_action_with_few_runs_is_held_near_its_base_rate():
     """A rare action's few runs (weighted up by 1/propensity) must not let it memorize one question's words."""
     import random

@@ -176,6 +176,35 @@ def test_p_success_learns_the_verdict_not_the_partial_credit(tmp_path):
         train_router([legacy.path])
 
 
+def test_an_action_tried_once_does_not_claim_certainty(tmp_path):
+    """Traffic where `read` ran once, and happened to be right: its p_success must stay near what any run here
+    achieved (the PRIOR_RUNS pseudo-runs), not 1.0; `plan`, wrong twice, is not certain to fail either. Fitted
+    as is, the one success gave p_success 0.99 and a candidate that read every question (adapt_bench, N = 25)."""
+    writer = TrajectoryWriter(tmp_path)
+    rng = random.Random(0)
+
+    def run(question: str, action: str, correct: bool, propensity: float) -> None:
+        writer.append(TrajectoryRecord(
+            run_id=new_run_id(), created_at=time.time(), question=question, route=action, answer="x",
+            steps=[{"kind": "route_decision", "route": action, "propensity": propensity,
+                    "probabilities": {"direct": 1 - 2 * propensity, "read": propensity, "plan": propensity}}],
+            budget={"total": 1000, "spent": 60}, usage={"total_tokens": 60}, timings={}, status="ok",
+            reward=float(correct)))
+
+    for i in range(40):
+        run(f"Who founded company number {i}?", "direct", rng.random() < 0.3, 0.9)
+    run("Who founded company number 7?", "read", True, 0.05)
+    run("Who founded company number 8?", "plan", False, 0.05)
+    run("Who founded company number 9?", "plan", False, 0.05)
+    model = train_router([tmp_path / "trajectories.jsonl"], lam=0.3)
+    q = "Who founded company number 12?"
+    p, _ = model.predict(vectorize(extract(q), q))
+    pooled = (sum(e.success for e in load_examples([tmp_path / "trajectories.jsonl"]))) / 43
+    assert p["read"] < 0.7 and model.base_rates["read"] < 0.7  # 1 success + 3 pseudo-runs at the pooled rate
+    assert p["read"] > pooled - 0.05  # one success still counts
+    assert 0.05 < p["plan"] < pooled and 0.05 < model.base_rates["plan"] < pooled
+
+
 def test_train_router_cli(tmp_path):
     path = _logged_runs(tmp_path, n=20)
     out = subprocess.run([sys.executable, "-m", "agentrt.app.cli", "train-router", "--trajectories", str(path),

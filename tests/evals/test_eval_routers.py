@@ -40,6 +40,14 @@ def test_rules_cascade_and_learned_routers_in_one_eval(tmp_path):
     for spec in routers[1:]:
         assert 0 < by_router[spec]["p_success"] < 1, spec  # the decision's p_success reached the metrics
     assert by_router[routers[-1]]["route"] == "direct"
+    # a fixed run records its decision like any router's: propensity 1 and the question's features (index signals
+    # included), so a grid of fixed runs trains and values routers that read them (evals/bench/adapt_bench.py)
+    fixed = [r for r in map(json.loads, agent.writer.path.read_text().splitlines())
+             if r["metadata"]["task_key"].startswith("fixed:direct|")]
+    steps = [s for r in fixed for s in r["steps"] if s["kind"] == "route_decision"]
+    assert len(fixed) == len(steps) == 4
+    assert all(s["router"] == "fixed:direct" and s["propensity"] == 1.0 and "has_index" in s["features"]
+               and s["features"]["words"] >= 3 for s in steps)
     report = json.loads((out / "report.json").read_text())
     assert set(report["policies"]) >= set(routers)
 

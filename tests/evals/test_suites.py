@@ -21,7 +21,8 @@ def test_shipped_suites_load(name):
 
 
 def test_shipped_data_is_small():
-    assert sum(p.stat().st_size for p in DATA_DIR.iterdir()) < 3_000_000
+    # 3.1 MB with the two held-out families adapt_bench learns on (squad-heldout, hotpotqa-heldout: 1.1 MB)
+    assert sum(p.stat().st_size for p in DATA_DIR.iterdir()) < 3_500_000
 
 
 def test_custom_suite_with_corpus(tmp_path):
