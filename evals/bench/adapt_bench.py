@@ -1,15 +1,16 @@
 """Benchmark: how fast the router adapts to a family of questions from traffic with feedback (issue 39).
 
-    .venv/bin/python -m evals.bench.adapt_bench --family squad-heldout hotpotqa-heldout --n 0 25 50 100 \
+    .venv/bin/python -m evals.bench.adapt_bench --family squad-heldout hotpotqa-heldout --n 0 25 50 100 200 \
         --heldout 60 --budget 2048 --out adapt-out
 
 Per family (a built-in suite or dev set; ``squad-heldout`` and ``hotpotqa-heldout`` are the two no shipped router
 was trained on, ``evals.devsets.HELDOUT``): its items are split by a stable hash into a traffic pool and a
 held-out set, in a scratch home whose router is the shipped one.
 
-* Traffic: the pool is run once by ``agentrt learn --explore-only``, logged by the shipped router with
+* Traffic: the pool is run by ``agentrt learn --explore-only``, logged by the shipped router with
   exploration (``--epsilon``, no free abstain runs, no minimum shares); the verifier's verdict plays the user's
-  feedback.
+  feedback. An N larger than the pool takes more passes over it (a user asking again; each pass its own
+  exploration seed): N counts runs, the first pass first.
 * Held out: every held-out question is run once with each action of ``--grid`` (`agentrt eval`, fixed routers),
   so a router's choices are valued from runs of them (doubly robust, 95% bootstrap interval by question).
 
@@ -17,8 +18,9 @@ Then, for each N: what `agentrt learn` does with the first N traffic runs (``lea
 its training slice, judged against the shipped router on its own held-out slice, promoted or not); the router
 in use afterwards decides the held-out questions as the runtime would (its estimate where the action has
 evidence, else the fallback): value, success, tokens, ECE over all decisions and over those marked
-``calibrated``; beside the best fixed action; the candidate's own figures beside it. Resumable: the runs are
-under OUT/FAMILY/{traffic,heldout-grid}.
+``calibrated``; beside the best fixed action (by value, abstain included); where one answering action beats the
+others by >= 10 points of success, the share of the questions it wins that the router sends to it (issue 38);
+the candidate's own figures beside it. Resumable: the runs are under OUT/FAMILY/{traffic*,heldout-grid}.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from evals.bench.common import ROOT, parser, reuse_converted_model, show, table
+from evals.bench.family_bench import score, shuffled, wins
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # the held-out grid: plan is left out (~1,800 tokens a run on a CPU; DR values a router's plan from its model)
@@ -55,12 +58,12 @@ def _split(family: str, out: Path, heldout: int) -> tuple[Path, Path]:
     return paths[1], paths[0]
 
 
-def _log(suite: Path, out: Path, home: Path, args) -> Path:
+def _log(suite: Path, out: Path, home: Path, args, seed: int = 0) -> Path:
     """Run (or resume) one exploration of ``suite`` under the router in use in ``home``."""
     env = reuse_converted_model({**os.environ, "AGENTRT_HOME": str(home)})
     cmd = [sys.executable, "-m", "agentrt.app.cli", "learn", str(suite), "--explore-only", "--no-free-abstain",
            "--min-runs", "0", "--epsilon", str(args.epsilon), "--temperature", "0", "--budget", str(args.budget),
-           "--workers", str(args.workers), "--out", str(out), "--no-progress"]
+           "--workers", str(args.workers), "--seed", str(seed), "--out", str(out), "--no-progress"]
     if args.limit:
         cmd += ["--limit", str(args.limit)]
     subprocess.run(cmd, env=env, cwd=ROOT, check=True)
@@ -85,7 +88,7 @@ def main() -> None:
     ap.add_argument("--family", nargs="+", default=["simpleqa"], help="suites left out of the shipped router's data")
     ap.add_argument("--n", nargs="+", type=int, default=[0, 25, 50], help="traffic sizes (runs with feedback)")
     ap.add_argument("--heldout", type=int, default=25, help="held-out questions per family")
-    ap.add_argument("--limit", type=int, help="at most this many traffic items (default: max of --n)")
+    ap.add_argument("--limit", type=int, help="at most this many traffic questions (default: max of --n)")
     ap.add_argument("--epsilon", type=float, default=0.3, help="exploration share while logging (default 0.3)")
     ap.add_argument("--budget", type=int, default=384, help="token budget per run (default 384)")
     ap.add_argument("--workers", type=int, default=2)
@@ -109,15 +112,26 @@ def main() -> None:
     results = []
     for family in args.family:
         traffic_suite, heldout_suite = _split(family, out, args.heldout)
-        traffic = load_examples([_log(traffic_suite, out / family / "traffic", home, args)])
+        pool = min(args.limit, sum(1 for line in traffic_suite.open() if line.strip()))
+        traffic = []
+        for k in range(-(-max(args.n) // pool)):  # passes over the pool, each logged by its own exploration seed
+            runs = load_examples([_log(traffic_suite, out / family / ("traffic" if k == 0 else f"traffic-{k + 1}"),
+                                       home, args, seed=k)])
+            first = {}
+            for e in runs:
+                first.setdefault(e.question, len(first))
+            traffic += sorted(runs, key=lambda e: first[e.question])
         held = load_examples([_grid(heldout_suite, out / family / "heldout-grid", args)])
-        order = sorted({e.question for e in traffic}, key=lambda q: next(i for i, e in enumerate(traffic) if e.question == q))
         actions = tuple(sorted({e.action for e in held}))
         ran = [a for a in actions if sum(e.action == a for e in held) >= 3]
-        fixed = [evaluate(f"fixed:{a}", fixed_estimator(a), fixed_estimator(a), held, config(args.lam, (a,)))
-                 for a in ran]
+        fixed = {a: evaluate(f"fixed:{a}", fixed_estimator(a), fixed_estimator(a), held, config(args.lam, (a,)))
+                 for a in ran}
+        best = max(fixed.values(), key=lambda p: p.value) if fixed else None
         for n in args.n:
-            rows = [e for e in traffic if e.question in set(order[:n])]
+            if n > len(traffic):
+                print(f"{family} N={n}: only {len(traffic)} traffic runs")
+                continue
+            rows = traffic[:n]
             if n and len({e.question for e in rows}) < 2:
                 print(f"{family} N={n}: too few traffic questions ({len(rows)} runs)")
                 continue
@@ -133,10 +147,9 @@ def main() -> None:
                    "gate": None if gate is None else ("promoted" if gate.promoted else "kept"),
                    "verdict": None if gate is None else gate.verdict.lines() + gate.verdict.reasons,
                    "shuffled_refused": refused,
-                   **_score(in_use, held, settings, args.lam)}
+                   **_score(in_use, held, settings, args.lam, fixed)}
             if candidate is not None:
-                row["candidate"] = _score(candidate, held, settings, args.lam)
-            best = max(fixed, key=lambda p: (round(p.success, 3), p.value)) if fixed else None
+                row["candidate"] = _score(candidate, held, settings, args.lam, fixed)
             row["best_fixed"] = None if best is None else {"action": best.name, "value": round(best.value, 4),
                                                            "success": round(best.success, 4),
                                                            "tokens": round(best.tokens, 1)}
@@ -146,14 +159,17 @@ def main() -> None:
     show(table(f"adaptation from traffic with feedback (held out: {args.heldout} questions per family; "
                "value = DR estimate of score - lambda*tokens/budget [95%]); the router in use after `learn` "
                "(the shipped one unless the gate promoted the candidate), and the candidate itself",
-               ["family", "N", "gate", "value [95%]", "success", "tokens", "ECE all", "ECE calibrated (share)",
-                "best fixed: value, success, tokens", "actions", "candidate: value, ECE all, calibrated",
-                "shuffled-reward candidate"],
+               ["family", "N", "gate", "value [95%]", "success", "tokens", "ECE all (floor)", "ECE calibrated (share)",
+                "best fixed: value, success, tokens", "one action wins: router picks it", "actions",
+                "candidate: value, ECE all, calibrated", "shuffled-reward candidate"],
                [[r["family"], r["n"], r["gate"] or "-",
                  f"{r['value']:+.3f} [{r['interval'][0]:+.3f}, {r['interval'][1]:+.3f}]",
-                 f(r["success"]), f"{r['tokens']:.0f}", f(r["ece"]), f"{f(r['ece_calibrated'])} ({r['calibrated_share']:.0%})",
+                 f(r["success"]), f"{r['tokens']:.0f}", f"{f(r['ece'])} ({f(r['ece_floor'])})",
+                 f"{f(r['ece_calibrated'])} ({r['calibrated_share']:.0%})",
                  "-" if not r["best_fixed"] else f"{r['best_fixed']['action']} {r['best_fixed']['value']:+.3f}, "
                  f"{r['best_fixed']['success']:.3f}, {r['best_fixed']['tokens']:.0f}",
+                 "-" if not r["wins"] else f"{r['wins']['action']} +{r['wins']['margin']:.2f}: "
+                 f"{r['wins']['picked']:.0%} of {r['wins']['questions']}",
                  " ".join(f"{a}:{k}" for a, k in sorted(r["actions"].items())),
                  "-" if "candidate" not in r else f"{r['candidate']['value']:+.3f}, {f(r['candidate']['ece'])}, "
                  f"{f(r['candidate']['ece_calibrated'])}",
@@ -184,7 +200,6 @@ def _shuffled_refused(rows, shipped, lam: float) -> bool:
     rewards shuffled, judged against the shipped router on the true rewards of the held-out slice."""
     from agentrt.train.router import train_router
     from agentrt.train.router_eval import compare, config, evaluate, model_estimator, split
-    from evals.bench.family_bench import shuffled
 
     train, held = split(rows, 0.3, 0)
     bad = train_router([], lam=lam, examples=shuffled(train), prior=shipped.base_rates)
@@ -194,22 +209,17 @@ def _shuffled_refused(rows, shipped, lam: float) -> bool:
                        evaluate("shipped", model_estimator(shipped), q, held, cfg), held).promote
 
 
-def _score(model, held, settings, lam: float) -> dict:
+def _score(model, held, settings, lam: float, fixed: dict) -> dict:
     """A router as the runtime runs it (its estimate where it has evidence, else the fallback), on the logged
-    held-out runs: DR value with its interval, success, tokens, ECE over all runs and over the calibrated ones."""
-    from agentrt.train.router import calibration
-    from agentrt.train.router_eval import config, deciding_estimator, evaluate
-
-    estimate, calibrated = deciding_estimator(model, settings)
-    ev = evaluate("router", estimate, estimate, held, config(lam, tuple(model.actions)))
-    pairs = [(estimate(e)[0].get(e.action), e.success, calibrated(e)) for e in held]
-    pairs = [(p, y, c) for p, y, c in pairs if p is not None]
-    cal = [(p, y) for p, y, c in pairs if c]
+    held-out runs: DR value with its interval, success, tokens, ECE over all runs and over the calibrated ones,
+    and, where one answering action wins, the share of its wins the router sends to it."""
+    s = score("router", model, held, tuple(model.actions), settings, lam)
+    ev = s["eval"]
     return {"value": round(ev.value, 4), "interval": [round(x, 4) for x in ev.interval],
-            "success": round(ev.success, 4), "tokens": round(ev.tokens, 1),
-            "ece": calibration([p for p, _, _ in pairs], [y for _, y, _ in pairs])["ece"],
-            "ece_calibrated": calibration([p for p, _ in cal], [y for _, y in cal])["ece"] if cal else None,
-            "calibrated_share": round(len(cal) / max(1, len(pairs)), 3), "actions": ev.actions}
+            "success": round(ev.success, 4), "tokens": round(ev.tokens, 1), "ece": s["ece"][0],
+            "ece_floor": s["ece"][1], "ece_calibrated": s["ece_calibrated"][0],
+            "calibrated_share": round(s["calibrated_share"], 3), "actions": ev.actions,
+            "wins": wins(held, fixed, s["picks"])}
 
 
 if __name__ == "__main__":
