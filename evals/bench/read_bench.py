@@ -33,17 +33,19 @@ ROUTES = ("read", "direct", "reason", "plan")
 
 
 def family_items(name: str, limit: int) -> list:
-    """The first ``limit`` items of a family's dev set (docs: answerable and unanswerable mixed 3:1)."""
+    """The first ``limit`` items of a family's dev set (docs: answerable and unanswerable mixed in the file's
+    ratio, 2:1, so any limit has both)."""
     from evals.suites import load_suite
 
     items = load_suite(name).items
     if name == "docs":
         answerable = [i for i in items if i.type != "unanswerable"]
         lacking = [i for i in items if i.type == "unanswerable"]
+        every = max(1, len(answerable) // max(1, len(lacking)))
         mixed = []
         for n, item in enumerate(answerable):
             mixed.append(item)
-            if n % 3 == 2 and lacking:
+            if n % every == every - 1 and lacking:
                 mixed.append(lacking.pop(0))
         items = mixed + lacking
     return items[:limit]

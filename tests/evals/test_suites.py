@@ -20,6 +20,17 @@ def test_shipped_suites_load(name):
     assert (DATA_DIR / "LICENSES.md").read_text().count(f"{name}.jsonl") == 1
 
 
+def test_every_docs_answer_is_in_the_frozen_docs_corpus():
+    """A gold answer the corpus does not hold would score a right abstention as wrong and teach the router that
+    reading the docs fails. The corpus is frozen (python -m evals.devsets re-cuts it only when it is missing)."""
+    suite = load_suite("docs")
+    texts = [json.loads(line)["text"].lower() for line in (DATA_DIR / "docs-corpus.jsonl").open(encoding="utf-8")]
+    answerable = [i for i in suite.items if i.type != "unanswerable"]
+    assert len(answerable) == 96 and len(suite.items) == 144
+    missing = [i.question for i in answerable if not any(a.lower() in t for a in i.answers for t in texts)]
+    assert missing == []
+
+
 def test_shipped_data_is_small():
     # 3.1 MB with the two held-out families adapt_bench learns on (squad-heldout, hotpotqa-heldout: 1.1 MB)
     assert sum(p.stat().st_size for p in DATA_DIR.iterdir()) < 3_500_000
