@@ -293,7 +293,7 @@ DOC_QUESTIONS = [
     ("Which file keeps the weights of the overoptimization watch's best evaluation?",
      ["watch-best.pt", "OUT/watch-best.pt"]),
     ("What held-out AUROC did the RLCR-trained policy reach in run D?", ["0.785"]),
-    ("What does the abstain action answer?", ["I don't know"]),
+    ("Which action answers in one call with no thinking?", ["direct"]),
     ("How long do the router's index features take per question on the hotpotqa-index corpus?", ["15 ms"]),
     ("Which environment variable turns on stated confidence for agentrt eval, chat and serve?",
      ["AGENTRT_CONFIDENCE"]),
