@@ -115,12 +115,8 @@ def main() -> None:
         pool = min(args.limit, sum(1 for line in traffic_suite.open() if line.strip()))
         traffic = []
         for k in range(-(-max(args.n) // pool)):  # passes over the pool, each logged by its own exploration seed
-            runs = load_examples([_log(traffic_suite, out / family / ("traffic" if k == 0 else f"traffic-{k + 1}"),
-                                       home, args, seed=k)])
-            first = {}
-            for e in runs:
-                first.setdefault(e.question, len(first))
-            traffic += sorted(runs, key=lambda e: first[e.question])
+            traffic += load_examples([_log(traffic_suite, out / family / ("traffic" if k == 0 else f"traffic-{k + 1}"),
+                                           home, args, seed=k)])
         held = load_examples([_grid(heldout_suite, out / family / "heldout-grid", args)])
         actions = tuple(sorted({e.action for e in held}))
         ran = [a for a in actions if sum(e.action == a for e in held) >= 3]
