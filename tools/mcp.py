@@ -42,17 +42,23 @@ async def mcp_tools(command: str, args: Sequence[str] = (), *, env: dict[str, st
         yield [_wrap(session, t, prefix, timeout_s, max_output_chars) for t in listed.tools]
 
 
+def _field(obj: Any, name: str, old_name: str) -> Any:
+    """``obj.name``, or ``obj.old_name`` from an MCP SDK before the rename (v2 renamed the camelCase fields and
+    warns on every read of the old name, so the old one is read only where the new one does not exist)."""
+    return getattr(obj, name) if hasattr(obj, name) else getattr(obj, old_name, None)
+
+
 def _wrap(session: Any, spec: Any, prefix: str, timeout_s: float, max_output_chars: int) -> Tool:
     remote = spec.name
-    schema = getattr(spec, "input_schema", None) or getattr(spec, "inputSchema", None) or {"type": "object"}
+    schema = _field(spec, "input_schema", "inputSchema") or {"type": "object"}
 
     async def call(**arguments: Any) -> str:
         result = await session.call_tool(remote, arguments)
         text = "\n".join(_content_text(c) for c in result.content)
-        structured = getattr(result, "structured_content", None) or getattr(result, "structuredContent", None)
+        structured = _field(result, "structured_content", "structuredContent")
         if not text and structured is not None:
             text = str(structured)
-        if getattr(result, "is_error", None) or getattr(result, "isError", None):
+        if _field(result, "is_error", "isError"):
             raise ToolError(text or f"{remote} reported an error")
         return text
 

@@ -156,12 +156,13 @@ def main() -> None:
                "value = DR estimate of score - lambda*tokens/budget [95%]); the router in use after `learn` "
                "(the shipped one unless the gate promoted the candidate), and the candidate itself",
                ["family", "N", "gate", "value [95%]", "success", "tokens", "ECE all (floor)", "ECE calibrated (share)",
-                "best fixed: value, success, tokens", "one action wins: router picks it", "actions",
+                "ECE abstain / others", "best fixed: value, success, tokens", "one action wins: router picks it", "actions",
                 "candidate: value, ECE all, calibrated", "shuffled-reward candidate"],
                [[r["family"], r["n"], r["gate"] or "-",
                  f"{r['value']:+.3f} [{r['interval'][0]:+.3f}, {r['interval'][1]:+.3f}]",
                  f(r["success"]), f"{r['tokens']:.0f}", f"{f(r['ece'])} ({f(r['ece_floor'])})",
                  f"{f(r['ece_calibrated'])} ({r['calibrated_share']:.0%})",
+                 f"{f(r.get('ece_abstain'))} / {f(r.get('ece_answering'))}",
                  "-" if not r["best_fixed"] else f"{r['best_fixed']['action']} {r['best_fixed']['value']:+.3f}, "
                  f"{r['best_fixed']['success']:.3f}, {r['best_fixed']['tokens']:.0f}",
                  "-" if not r["wins"] else f"{r['wins']['action']} +{r['wins']['margin']:.2f}: "
@@ -207,13 +208,15 @@ def _shuffled_refused(rows, shipped, lam: float) -> bool:
 
 def _score(model, held, settings, lam: float, fixed: dict) -> dict:
     """A router as the runtime runs it (its estimate where it has evidence, else the fallback), on the logged
-    held-out runs: DR value with its interval, success, tokens, ECE over all runs and over the calibrated ones,
-    and, where one answering action wins, the share of its wins the router sends to it."""
+    held-out runs: DR value with its interval, success, tokens, ECE over all runs, over the calibrated ones and
+    over the abstain estimates apart from the others', and, where one answering action wins, the share of its
+    wins the router sends to it."""
     s = score("router", model, held, tuple(model.actions), settings, lam)
     ev = s["eval"]
     return {"value": round(ev.value, 4), "interval": [round(x, 4) for x in ev.interval],
             "success": round(ev.success, 4), "tokens": round(ev.tokens, 1), "ece": s["ece"][0],
             "ece_floor": s["ece"][1], "ece_calibrated": s["ece_calibrated"][0],
+            "ece_abstain": s["ece_abstain"][0], "ece_answering": s["ece_answering"][0],
             "calibrated_share": round(s["calibrated_share"], 3), "actions": ev.actions,
             "wins": wins(held, fixed, s["picks"])}
 

@@ -10,7 +10,8 @@ family (``evals.devsets.FAMILIES``) found there:
    *not* of the family decides the family's runs as the runtime does (its estimate where the action it would
    take has evidence, else the rules: ``router_eval.deciding_estimator``), scored off-policy (doubly robust, 95%
    bootstrap by question): value, success, tokens; ECE over all decisions and over those marked ``calibrated``
-   (each with its noise floor); beside every fixed action, abstain included. Where one answering action beats
+   (each with its noise floor), and over the abstain estimates apart from the answering actions'; beside every
+   fixed action, abstain included. Where one answering action beats
    the others by >= 10 points of success, the share of the questions it wins that the router sends to it.
 2. **Adaptation**: the family's questions in a stable hash order: the first ``--train`` (<= 100) are what a user
    runs `agentrt learn` on, the rest are held out. For each N in ``--n``: ``learn_round`` (what `agentrt learn`
@@ -62,16 +63,20 @@ def score(name, model, runs, actions, settings, lam):
     estimate, calibrated = deciding_estimator(model, settings)
     cfg = config(lam, actions)
     result = evaluate(name, estimate, model_estimator(model), runs, cfg)
-    pairs = [(estimate(e)[0].get(e.action), e.success, calibrated(e)) for e in runs]
-    pairs = [(p, y, c) for p, y, c in pairs if p is not None]
+    pairs = [(estimate(e)[0].get(e.action), e.success, calibrated(e), e.action == "abstain") for e in runs]
+    pairs = [(p, y, c, a) for p, y, c, a in pairs if p is not None]
     picks = {}
     for e in runs:
         p, t = estimate(e)
         p = {a: v for a, v in p.items() if a in actions}
         picks[id(e)] = choose(name, p, {a: t[a] for a in p}, e.budget, cfg).action
-    return {"eval": result, "ece": _ece([(p, y) for p, y, _ in pairs]),
-            "ece_calibrated": _ece([(p, y) for p, y, c in pairs if c]),
-            "calibrated_share": sum(c for _, _, c in pairs) / max(1, len(pairs)), "picks": picks}
+    # the abstain estimate (is this question unanswerable here?) apart from the others (does this action answer
+    # it?): a family's share of unanswerable questions is a property of its corpus, which no feature carries
+    return {"eval": result, "ece": _ece([(p, y) for p, y, *_ in pairs]),
+            "ece_calibrated": _ece([(p, y) for p, y, c, _ in pairs if c]),
+            "ece_abstain": _ece([(p, y) for p, y, _, a in pairs if a]),
+            "ece_answering": _ece([(p, y) for p, y, _, a in pairs if not a]),
+            "calibrated_share": sum(c for _, _, c, _ in pairs) / max(1, len(pairs)), "picks": picks}
 
 
 def fixed_rows(runs, actions, q, lam):
@@ -193,6 +198,7 @@ def main() -> None:
                           f"{ev.success:.3f} / {ev.tokens:.0f}",
                           f"{f3(z['ece'][0])} ({f3(z['ece'][1])})",
                           f"{f3(z['ece_calibrated'][0])} ({f3(z['ece_calibrated'][1])}) {z['calibrated_share']:.0%}",
+                          f"{f3(z['ece_abstain'][0])} / {f3(z['ece_answering'][0])}",
                           "-" if w is None else f"{w['action']} +{w['margin']:.2f}: {w['picked']:.0%} of {w['questions']}",
                           " ".join(f"{a}:{k}" for a, k in sorted(ev.actions.items())),
                           " ".join(f"{a} {p.value:+.2f}/{p.success:.2f}/{p.tokens:.0f}" for a, p in sorted(fixed.items()))])
@@ -219,13 +225,15 @@ def main() -> None:
                            "shuffled_reasons": r.get("shuffled_reasons")})
         record.append({"family": family, "zero_shot": {"value": ev.value, "interval": ev.interval, "ece": z["ece"],
                                                        "ece_calibrated": z["ece_calibrated"],
+                                                       "ece_abstain": z["ece_abstain"],
+                                                       "ece_answering": z["ece_answering"],
                                                        "calibrated_share": z["calibrated_share"], "wins": w,
                                                        "best_fixed": [best.name, best.value], "actions": ev.actions}})
     Path(args.out).write_text(json.dumps(record, indent=1, default=str))
     show(table(f"zero-shot on a family left out of training ({len(examples)} runs; value = DR estimate of score - "
                f"{args.lam}*tokens/budget [95%]; ECE (its noise floor))",
                ["family", "runs / questions", "router value", "best fixed value", ">= best - 0.02", "success / tokens",
-                "ECE all", "ECE calibrated, share", "one action wins: router picks it", "router's actions",
+                "ECE all", "ECE calibrated, share", "ECE abstain / others", "one action wins: router picks it", "router's actions",
                 "fixed: value/success/tokens"], zero_rows), width=260)
     show(table("after `agentrt learn` on the family's first N questions (learn_round, incumbent = the zero-shot router); "
                "scored on the family's held-out questions",
