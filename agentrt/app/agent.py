@@ -215,6 +215,7 @@ class Agent:
         The router sees the bare question and features of the conversation; a router that scores with
         the model (``self``) pays through ``ctx.score``, so its tokens are budgeted and recorded too.
         """
+        from agentrt.router.evidence import corpus_key
         from agentrt.routes.index import corpus_signals, routable
 
         router = router if router is not None else self.settings.router
@@ -230,6 +231,7 @@ class Agent:
         features = extract(ctx.question, index=corpus_signals(self.settings), similar_runs=similar,
                            history=ctx.history)
         decision = await router.decide(ctx.question, features, ctx.budget.total)
+        decision.corpus = corpus_key(features, self.settings.corpus)
         ctx.record(decision.to_step())
         return decision
 

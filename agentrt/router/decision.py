@@ -48,6 +48,9 @@ class RouteDecision(BaseModel):
     # observe mode: what a candidate router would have decided on this request (never acted on)
     shadow: dict[str, Any] | None = None
     policy: str = ""  # the fingerprint id of the running policy, when the router knows it (learned routers)
+    # the corpus the index features were read from ("" without an index): a router trained on this run counts
+    # it as evidence for abstaining over that corpus only (agentrt.router.evidence.corpus_key)
+    corpus: str = ""
     # Actions that could not be chosen, and why: a floor, a cost over the budget, or a guard (``guards``)
     excluded: dict[str, str] = {}
 
@@ -59,6 +62,7 @@ class RouteDecision(BaseModel):
             "router": self.router, "p_success": self.p_success, "expected_tokens": self.expected_tokens,
             "utility": self.utility, "calibrated": self.calibrated, "router_version": self.router_version,
             "evidence": self.evidence, "state": self.state, "fallback": self.fallback, "policy": self.policy,
+            "corpus": self.corpus,
         }
         if self.shadow is not None:
             step["shadow"] = self.shadow

@@ -18,6 +18,15 @@ training runs holding the question's rarest feature value (``moment_sizes``), me
 but it still catches a question unlike anything the router was fit on (a feature that never varied in
 training, a value far beyond what training saw).
 
+**The abstain estimate is corpus-bound.** Whether a question is unanswerable *from the index* is a property of
+the user's documents, not of the question: measured (evals/bench/family_bench.py), a router fit on other corpora
+misjudges it on a new one (abstain ECE 0.16-0.26 on the families left out in turn, while the answering actions'
+estimates carry over: 0.02-0.05). So for the actions in ``CORPUS_BOUND`` the kernel counts only training runs over
+the same corpus as the question (``corpus_key``: the collection's name; "" without an index): over documents the
+router was never fit on, abstaining has no evidence until that corpus's own traffic gives some. Where runs over
+other corpora resemble the question, their estimate still decides (the best there is; fallback ``other_corpora``),
+marked ``insufficient_evidence``; with none, the usual fallback (``shrunk`` toward ``cue_prior``).
+
 States: ``calibrated`` (ess >= the minimum), ``insufficient_evidence`` (below it), ``other_policy``
 (the router was trained for another policy than the one running; set by the router, not here).
 """
@@ -40,6 +49,18 @@ NEIGHBOURS = 5  # the bandwidth makes a typical training input have about this m
 MIN_BANDWIDTH = 1.0  # at least one standard deviation: near-duplicate training questions must not make it a point
 MIN_EVIDENCE = 3.0  # default Settings.router_min_evidence: below it, p_success is not trusted
 MOMENTS_Z = 3.0  # moments method: a standardized feature beyond this is outside what training saw
+CORPUS_BOUND = ("abstain",)  # their evidence counts only runs over the question's corpus (see above)
+# the fallback that decided when a CORPUS_BOUND action has evidence over other corpora only: their estimate
+OTHER_CORPORA = "other_corpora"
+UNKNOWN_CORPUS = "?"  # a run over an index logged before runs named their corpus: it is evidence for no corpus
+
+
+def corpus_key(features: dict[str, Any], corpus: str | None) -> str:
+    """The corpus a question is asked over, as the evidence names it: the collection's name when the router's
+    index features were read from one (``has_index``), else "" (no index: the model's own knowledge)."""
+    if not features.get("has_index"):
+        return ""
+    return corpus or UNKNOWN_CORPUS
 
 
 @dataclass
@@ -48,13 +69,21 @@ class ActionSample:
 
     runs: int
     rows: list[dict[int, float]]
+    # the corpus each row's run was asked over (``corpus_key``), for the CORPUS_BOUND actions; None: not
+    # recorded (files written before it), every row counts for every corpus
+    corpora: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"runs": self.runs, "rows": [[[i, v] for i, v in sorted(r.items())] for r in self.rows]}
+        out: dict[str, Any] = {"runs": self.runs, "rows": [[[i, v] for i, v in sorted(r.items())] for r in self.rows]}
+        if self.corpora is not None:
+            out["corpora"] = self.corpora
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ActionSample:
-        return cls(int(data["runs"]), [{int(i): float(v) for i, v in row} for row in data["rows"]])
+        corpora = data.get("corpora")
+        return cls(int(data["runs"]), [{int(i): float(v) for i, v in row} for row in data["rows"]],
+                   None if corpora is None else [str(c) for c in corpora])
 
 
 @dataclass
@@ -102,9 +131,9 @@ def _sparse(x: list[float]) -> dict[int, float]:
 
 
 def build(xs: list[list[float]], actions: list[str], mean: list[float], std: list[float], *, seed: int = 0,
-          size: int = SAMPLE_SIZE, dims: int | None = None) -> Evidence:
-    """The evidence to store for a router fit on inputs ``xs`` (run i took ``actions[i]``); the kernel reads
-    their first ``dims`` inputs (None: all)."""
+          size: int = SAMPLE_SIZE, dims: int | None = None, corpora: list[str] | None = None) -> Evidence:
+    """The evidence to store for a router fit on inputs ``xs`` (run i took ``actions[i]``, over corpus
+    ``corpora[i]``: ``corpus_key``); the kernel reads their first ``dims`` inputs (None: all)."""
     import random
 
     import numpy as np
@@ -116,7 +145,8 @@ def build(xs: list[list[float]], actions: list[str], mean: list[float], std: lis
     samples, kept = {}, set()
     for a, idx in sorted(by_action.items()):
         keep = sorted(rng.sample(idx, size)) if len(idx) > size else idx
-        samples[a] = ActionSample(len(idx), [_sparse(xs[i]) for i in keep])
+        tags = [corpora[i] for i in keep] if corpora is not None and a in CORPUS_BOUND else None
+        samples[a] = ActionSample(len(idx), [_sparse(xs[i]) for i in keep], tags)
         kept.update(keep)
     # bandwidth: median distance to the NEIGHBOURS-th nearest neighbour among all kept inputs (index 0 of a
     # sorted row is the input itself)
@@ -134,8 +164,11 @@ def _standardize(X: Any, mean: list[float], std: list[float]) -> Any:
     return (X - np.asarray(mean)) / np.asarray(std)
 
 
-def effective_sizes(evidence: Evidence, x: list[float], mean: list[float], std: list[float]) -> dict[str, float]:
-    """ess per action for input ``x`` (the kernel estimate over the stored samples)."""
+def effective_sizes(evidence: Evidence, x: list[float], mean: list[float], std: list[float],
+                    corpus: str | None = None) -> dict[str, float]:
+    """ess per action for input ``x`` asked over ``corpus`` (``corpus_key``; None: not known, every row
+    counts): the kernel estimate over the stored samples, for a CORPUS_BOUND action over the rows of runs
+    over that corpus only."""
     import numpy as np
 
     z = _standardize(np.asarray(x, dtype=float), mean, std)[: evidence.dims]
@@ -145,7 +178,10 @@ def effective_sizes(evidence: Evidence, x: list[float], mean: list[float], std: 
             out[a] = 0.0
             continue
         d2 = ((evidence.standardized(a, mean, std) - z) ** 2).sum(1)
-        out[a] = float(s.runs / len(s.rows) * np.exp(-d2 / (2 * evidence.bandwidth ** 2)).sum())
+        kernel = np.exp(-d2 / (2 * evidence.bandwidth ** 2))
+        if corpus is not None and s.corpora is not None:
+            kernel = kernel * np.asarray([c == corpus != UNKNOWN_CORPUS for c in s.corpora])
+        out[a] = float(s.runs / len(s.rows) * kernel.sum())
     return out
 
 

@@ -57,11 +57,12 @@ class RouterModel:
     # a sample of the training inputs per action (agentrt.router.evidence); None in files written before it
     evidence: ev.Evidence | None = None
 
-    def effective_sizes(self, x: list[float]) -> tuple[dict[str, float], str]:
-        """Per action, the effective number of training runs resembling input ``x``, and the method used
-        (``kernel`` over the stored sample; ``moments`` for a file without one)."""
+    def effective_sizes(self, x: list[float], corpus: str | None = None) -> tuple[dict[str, float], str]:
+        """Per action, the effective number of training runs resembling input ``x`` asked over ``corpus``
+        (``evidence.corpus_key``; None: not known), and the method used (``kernel`` over the stored sample;
+        ``moments`` for a file without one)."""
         if self.evidence is not None:
-            return ev.effective_sizes(self.evidence, x, self.mean, self.std), "kernel"
+            return ev.effective_sizes(self.evidence, x, self.mean, self.std, corpus), "kernel"
         runs = int(((self.provenance or {}).get("runs") or {}).get("train") or (self.metrics or {}).get("examples") or 0)
         return ev.moment_sizes(x, self.mean, self.std, list(self.actions), runs, len(NUMERIC_FEATURES)), "moments"
 
@@ -212,8 +213,12 @@ class LearnedRouter:
 
     async def _decide(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:
         x = vectorize(features, question)
-        sizes, method = self.model.effective_sizes(x)
+        corpus = ev.corpus_key(features, getattr(self.settings, "corpus", None))
+        sizes, method = self.model.effective_sizes(x, corpus)
         sizes = {a: round(n, 2) for a, n in sizes.items()}
+        # what decides is unchanged by the corpus bound (shrinking reads the evidence over every corpus); what is
+        # marked calibrated is not
+        shared = {a: round(n, 2) for a, n in self.model.effective_sizes(x)[0].items()} if corpus else sizes
         if self.fallback is not None:
             from agentrt.router.registry import warn_mismatch
 
@@ -237,6 +242,16 @@ class LearnedRouter:
         if sizes.get(d.action, 0.0) >= minimum:
             d.calibrated, d.state = True, ev.CALIBRATED
             return d
+        if d.action in ev.CORPUS_BOUND and corpus:
+            anywhere = shared.get(d.action, 0.0)
+            if anywhere >= minimum:
+                # runs over other corpora resemble it, too few over this one: the estimate they taught stands (it
+                # is the best there is for these documents), marked as having no evidence here
+                d.state, d.fallback = ev.INSUFFICIENT, ev.OTHER_CORPORA
+                d.reason += (f" ({anywhere:.1f} training runs resemble this question for '{d.action}', only "
+                             f"{sizes.get(d.action, 0.0):.1f} over corpus '{corpus}': whether these documents answer "
+                             f"it has no evidence yet; the estimate is the other corpora's)")
+                return d
         # out of evidence: the learned estimate for the action it would take rests on too few similar runs, so
         # it does not decide as it is. The documented fallback (docs/routing.md): every estimate shrunk toward its
         # action's training success rate on the runs sharing the question's rarest cue (evidence.cue_prior) by its
@@ -244,11 +259,11 @@ class LearnedRouter:
         # without base rates (written before them) lets the rules decide
         base, cue = self.model.prior(x, minimum)
         if base:
-            q = ev.shrunk(p, sizes, base, minimum)
+            q = ev.shrunk(p, shared, base, minimum)
             fb = choose(self.name, q, tokens, budget, self.cfg, features=features)
             where = f"rate on the '{cue}' training runs" if cue else "training rate"
             then = f"; {fb.action}'s {base.get(fb.action, 0.0):.2f}" if fb.action != d.action else ""
-            fb.reason += (f" (only {sizes.get(d.action, 0.0):.1f} training runs resemble this question for "
+            fb.reason += (f" (only {shared.get(d.action, 0.0):.1f} training runs resemble this question for "
                           f"'{d.action}' (< {minimum:g}, {method}): its estimate p_success "
                           f"{p.get(d.action, 0.0):.2f} shrunk toward the action's {where} "
                           f"{base.get(d.action, 0.0):.2f}{then})")
@@ -258,7 +273,7 @@ class LearnedRouter:
         from agentrt.router.rules import RulesRouter
 
         fb = RulesRouter(self.settings, self.cfg).decide_sync(question, features, budget)
-        fb.reason += (f" (router {self.version or 'learned'}: only {sizes.get(d.action, 0.0):.1f} training runs "
+        fb.reason += (f" (router {self.version or 'learned'}: only {shared.get(d.action, 0.0):.1f} training runs "
                       f"resemble this question for '{d.action}' (< {minimum:g}, {method}); its estimate "
                       f"p_success {d.p_success.get(d.action, 0.0):.2f} is not trusted: rules decided)")
         fb.router_version, fb.evidence, fb.state, fb.fallback = self.version, sizes, ev.INSUFFICIENT, "rules"

@@ -72,6 +72,9 @@ class Example:
     shadow: dict[str, Any] | None = None  # observe mode: what a candidate router would have decided (its step)
     logged: dict[str, Any] | None = None  # the route_decision step as logged (None: the route was given)
     model: str = ""  # the policy model its first model call named ("" when it made none)
+    # the corpus its index features were read from (evidence.corpus_key: "" without an index; "?" for a run over
+    # an index logged before runs named it): its abstain outcome is evidence about that corpus only
+    corpus: str = ""
 
 
 def _features(rec: Any, decision: dict[str, Any] | None) -> dict[str, float]:
@@ -127,13 +130,15 @@ def load_examples(paths: list[str | Path], *, strict: bool = False, read_report:
             probs = dict(decision.get("probabilities") or {}) if decision else {}
             if not probs.get(rec.route):
                 probs = {rec.route: 1.0}  # a route given by the caller (a fixed policy)
-            x = vectorize(_features(rec, decision), rec.question)
+            features = _features(rec, decision)
+            x = vectorize(features, rec.question)
             answerable = getattr(rec.task, "ability", None) != "unanswerable" if rec.task else True
             out.append(Example(rec.question, x, rec.route, 1.0, probs, _success(rec), float(rec.reward),
                                float(rec.usage.get("total_tokens", 0)), int(rec.budget.get("total", 1) or 1),
                                answerable, str((rec.metadata or {}).get("task_key", "")), str(path),
                                (decision or {}).get("shadow"), decision,
-                               next((str(s.get("model") or "") for s in rec.steps if s.get("kind") == "model_call"), "")))
+                               next((str(s.get("model") or "") for s in rec.steps if s.get("kind") == "model_call"), ""),
+                               evidence.corpus_key(features, (decision or {}).get("corpus"))))
     if not out:
         raise InputError("no trajectories with rewards found; run `agentrt eval` (it records rewards) first")
     _logging_propensities(out)
@@ -248,7 +253,7 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
         for i, e in enumerate(examples):
             if fold_of[e.question] == fold:
                 tokens[i] = models[0].predict(e.x)[1]
-                support[i] = models[0].effective_sizes(e.x)[0].get(e.action, 0.0)
+                support[i] = models[0].effective_sizes(e.x, e.corpus)[0].get(e.action, 0.0)
                 for l2, model in zip(L2_GRID, models):
                     oof[l2][i] = model.logits(e.x)
     actions = sorted({e.action for e in examples})
@@ -375,7 +380,8 @@ def _fit_routers(rows: list[Example], lam: float, strengths: list[Strength] | li
     took = {a: np.asarray([e.action == a for e in rows]) for a in names}
     tok = {a: _ridge(Z[took[a]], log_tokens[took[a]], weights[took[a]], _penalty(Z.shape[1], TOKENS_L2)) for a in names}
     # what each success model was fit on, so the router can say how many runs resemble a question
-    sample = evidence.build([e.x for e in rows], [e.action for e in rows], mean, std, dims=EVIDENCE_DIMS)
+    sample = evidence.build([e.x for e in rows], [e.action for e in rows], mean, std, dims=EVIDENCE_DIMS,
+                            corpora=[e.corpus for e in rows])
     # PRIOR_RUNS pseudo-runs per action at its prior rate (``_prior_rates``), on the average question (every
     # standardized input 0, so only the intercept feels them): an action's rate from a handful of runs is pulled
     # toward what was known before, so one lucky run does not claim p_success 1.0 (nor three failures 0.0)

@@ -52,7 +52,7 @@ def deciding_estimator(model: RouterModel, settings: Settings) -> tuple[Estimato
     (estimates shrunk toward each action's training rate on the runs sharing the question's rarest cue,
     ``evidence.shrunk``, ``RouterModel.prior``; the rules' for a file without
     base rates). Returns (estimator, calibrated): ``calibrated(e)`` says whether the learned estimate decided."""
-    from agentrt.router.evidence import shrunk
+    from agentrt.router.evidence import CORPUS_BOUND, shrunk
 
     rules = rules_estimator(settings)
     minimum = float(getattr(settings, "router_min_evidence", 3.0))
@@ -64,12 +64,14 @@ def deciding_estimator(model: RouterModel, settings: Settings) -> tuple[Estimato
         if id(e) not in cache:
             p, t = model.predict(e.x)
             pick = choose("learned", p, t, e.budget, cfg).action
-            sizes = model.effective_sizes(e.x)[0]
-            ok = sizes.get(pick, 0.0) >= minimum
-            if ok:
+            ok = model.effective_sizes(e.x, e.corpus)[0].get(pick, 0.0) >= minimum
+            # the corpus bound changes what is marked calibrated, not what decides (LearnedRouter): a corpus-bound
+            # action with evidence over other corpora only decides on their estimate; shrinking reads every corpus
+            shared = model.effective_sizes(e.x)[0]
+            if ok or (pick in CORPUS_BOUND and shared.get(pick, 0.0) >= minimum):
                 cache[id(e)] = ((p, t), ok)
             else:
-                cache[id(e)] = ((shrunk(p, sizes, model.prior(e.x, minimum)[0], minimum), t) if base else rules(e), ok)
+                cache[id(e)] = ((shrunk(p, shared, model.prior(e.x, minimum)[0], minimum), t) if base else rules(e), ok)
         return cache[id(e)]
 
     return (lambda e: decide(e)[0]), (lambda e: decide(e)[1])

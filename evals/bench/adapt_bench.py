@@ -118,6 +118,7 @@ def main() -> None:
             traffic += load_examples([_log(traffic_suite, out / family / ("traffic" if k == 0 else f"traffic-{k + 1}"),
                                            home, args, seed=k)])
         held = load_examples([_grid(heldout_suite, out / family / "heldout-grid", args)])
+        traffic, held = _named(traffic, family), _named(held, family)
         actions = tuple(sorted({e.action for e in held}))
         ran = [a for a in actions if sum(e.action == a for e in held) >= 3]
         fixed = {a: evaluate(f"fixed:{a}", fixed_estimator(a), fixed_estimator(a), held, config(args.lam, (a,)))
@@ -172,6 +173,20 @@ def main() -> None:
                  f"{f(r['candidate']['ece_calibrated'])}",
                  "-" if r["shuffled_refused"] is None else "refused" if r["shuffled_refused"] else "PROMOTED"]
                 for r in results]), width=260)
+
+
+def _named(examples, family: str):
+    """Runs over the family's index logged before runs named their corpus ("?") get the collection `agentrt eval`
+    and `learn` index its corpus file into (``collection_for``: name and content digest), the name newer runs log."""
+    from dataclasses import replace
+
+    from agentrt.app.corpus import collection_for
+    from evals.multiturn import suite_corpus
+    from evals.suites import load_suite
+
+    path = suite_corpus(load_suite(family).items)
+    name = collection_for(Path(path)) if path else ""
+    return [replace(e, corpus=name) if e.corpus == "?" else e for e in examples]
 
 
 def _learn(rows, shipped, settings, family: str, lam: float):

@@ -10,7 +10,9 @@ family (``evals.devsets.FAMILIES``) found there:
    *not* of the family decides the family's runs as the runtime does (its estimate where the action it would
    take has evidence, else the rules: ``router_eval.deciding_estimator``), scored off-policy (doubly robust, 95%
    bootstrap by question): value, success, tokens; ECE over all decisions and over those marked ``calibrated``
-   (each with its noise floor), and over the abstain estimates apart from the answering actions'; beside every
+   (each with its noise floor; a run counts as calibrated when the estimate it is scored against has evidence,
+   the state a decision for its action would carry: for abstain, runs over the same corpus), and over the abstain
+   estimates apart from the answering actions'; beside every
    fixed action, abstain included. Where one answering action beats
    the others by >= 10 points of success, the share of the questions it wins that the router sends to it.
 2. **Adaptation**: the family's questions in a stable hash order: the first ``--train`` (<= 100) are what a user
@@ -60,10 +62,19 @@ def score(name, model, runs, actions, settings, lam):
     from agentrt.router.decision import choose
     from agentrt.train.router_eval import config, deciding_estimator, evaluate, model_estimator
 
+    from agentrt.router.evidence import MIN_EVIDENCE
+
     estimate, calibrated = deciding_estimator(model, settings)
+    minimum = float(getattr(settings, "router_min_evidence", MIN_EVIDENCE))
     cfg = config(lam, actions)
     result = evaluate(name, estimate, model_estimator(model), runs, cfg)
-    pairs = [(estimate(e)[0].get(e.action), e.success, calibrated(e), e.action == "abstain") for e in runs]
+
+    def evidenced(e) -> bool:
+        # the state of the estimate this run is scored against: a decision for that action would be marked
+        # calibrated (its own evidence, over the run's corpus for a corpus-bound action) or not
+        return model.effective_sizes(e.x, e.corpus)[0].get(e.action, 0.0) >= minimum
+
+    pairs = [(estimate(e)[0].get(e.action), e.success, evidenced(e), e.action == "abstain") for e in runs]
     pairs = [(p, y, c, a) for p, y, c, a in pairs if p is not None]
     picks = {}
     for e in runs:
@@ -76,7 +87,8 @@ def score(name, model, runs, actions, settings, lam):
             "ece_calibrated": _ece([(p, y) for p, y, c, _ in pairs if c]),
             "ece_abstain": _ece([(p, y) for p, y, _, a in pairs if a]),
             "ece_answering": _ece([(p, y) for p, y, _, a in pairs if not a]),
-            "calibrated_share": sum(c for _, _, c, _ in pairs) / max(1, len(pairs)), "picks": picks}
+            "calibrated_share": sum(c for _, _, c, _ in pairs) / max(1, len(pairs)),
+            "decided_calibrated": sum(calibrated(e) for e in runs) / max(1, len(runs)), "picks": picks}
 
 
 def fixed_rows(runs, actions, q, lam):
@@ -214,11 +226,13 @@ def main() -> None:
                                "-" if hbest is None else f"{hbest.name[6:]} {hbest.value:+.3f}",
                                f"{f3(a['ece'][0])} ({f3(a['ece'][1])})",
                                f"{f3(a['ece_calibrated'][0])} {a['calibrated_share']:.0%}",
+                               f"{f3(a['ece_abstain'][0])} / {f3(a['ece_answering'][0])}",
                                f"{a['eval'].tokens:.0f}",
                                "-" if r["shuffled_refused"] is None else ("refused" if r["shuffled_refused"] else "PROMOTED"),
                                " ".join(f"{k}:{v}" for k, v in sorted(a["eval"].actions.items()))])
             record.append({"family": family, "n": r["n"], "promoted": r["promoted"], "value": a["eval"].value,
                            "interval": a["eval"].interval, "ece": a["ece"], "ece_calibrated": a["ece_calibrated"],
+                           "ece_abstain": a["ece_abstain"], "ece_answering": a["ece_answering"],
                            "calibrated_share": a["calibrated_share"], "tokens": a["eval"].tokens,
                            "best_fixed": None if hbest is None else [hbest.name, hbest.value],
                            "shuffled_refused": r["shuffled_refused"], "verdict": r.get("verdict"),
@@ -238,7 +252,8 @@ def main() -> None:
     show(table("after `agentrt learn` on the family's first N questions (learn_round, incumbent = the zero-shot router); "
                "scored on the family's held-out questions",
                ["family", "N", "held-out questions", "gate", "value [95%]", "best fixed", "ECE all (floor)",
-                "ECE calibrated, share", "tokens", "shuffled-reward candidate", "actions"], adapt_rows), width=260)
+                "ECE calibrated, share", "ECE abstain / others", "tokens", "shuffled-reward candidate", "actions"],
+               adapt_rows), width=260)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,9 @@ def test_the_router_sees_what_the_index_holds_for_a_question(agentrt_home):
     r = agent.run("Were Scott Derrickson and Ed Wood of the same nationality?", budget=2000,
                   router="rules", route=None)
     assert {k: r.decision["features"][k] for k in held} == held
+    # the decision names the corpus its index features came from: a router trained on this run counts it as
+    # evidence for abstaining over that corpus only (tests/agentrt/test_corpus_evidence.py)
+    assert r.decision["corpus"] == DEMO_CORPUS
 
 
 def test_the_demo_marks_wrong_answers_with_their_gold():

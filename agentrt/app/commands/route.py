@@ -69,12 +69,14 @@ def cmd_route(args: argparse.Namespace) -> int:
         policy = load_backend(settings.policy, settings)
         ctx = RunContext("route", args.question, Budget(args.budget), policy, settings)
         scorer = ctx.score
+    from agentrt.router.evidence import corpus_key
     from agentrt.routes.index import corpus_signals, routable  # what a run's router sees and may choose
 
     router = make_router(settings.router, settings, policy=policy, scorer=scorer, actions=routable(settings))
 
     features = extract(args.question, index=corpus_signals(settings))
     decision = asyncio.run(router.decide(args.question, features, args.budget))
+    decision.corpus = corpus_key(features, settings.corpus)  # as a run records it
     if args.json:
         print(decision.model_dump_json())
         return 0
@@ -101,6 +103,7 @@ def cmd_route(args: argparse.Namespace) -> int:
         console.print("not chosen despite a higher utility: " + "; ".join(
             f"{a}: {decision.excluded.get(a, 'not eligible')}" for a in higher), markup=False)
     console.print(f"state: {decision.state}" + (f"; fallback: {decision.fallback}" if decision.fallback else "")
+                  + (f"; corpus: {decision.corpus}" if decision.corpus else "")
                   + (f"; shadow candidate {decision.shadow.get('router_version')} would choose "
                      f"{decision.shadow.get('action')}" if decision.shadow else ""), markup=False)
     if ctx is not None:

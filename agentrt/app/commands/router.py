@@ -101,12 +101,27 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     observe = next((r for r in registry.observe_state(home).values() if r.get("version") == entry.version), None)
     try:  # out-of-fold calibration apart for the runs with and without evidence (files since issue 39)
-        by_evidence = (json.loads(entry.path.read_text()).get("metrics") or {}).get("by_evidence")
+        data = json.loads(entry.path.read_text())
     except (OSError, ValueError):
-        by_evidence = None
+        data = {}
     print(json.dumps({"version": entry.version, "file": str(entry.path), "provenance": entry.provenance,
-                      "observe": observe, "by_evidence": by_evidence}, indent=1))
+                      "observe": observe, "by_evidence": (data.get("metrics") or {}).get("by_evidence"),
+                      "corpora": _corpora(data)}, indent=1))
     return 0
+
+
+def _corpora(data: dict) -> dict[str, dict[str, int]] | None:
+    """Per corpus-bound action (abstain), about how many training runs were over each corpus ("" no index, "?" not
+    named): the corpora where its estimate can be calibrated (agentrt.router.evidence); None for a file without."""
+    from agentrt.router.evidence import CORPUS_BOUND
+
+    out = {}
+    for action, sample in ((data.get("evidence") or {}).get("actions") or {}).items():
+        tags = sample.get("corpora") if action in CORPUS_BOUND else None
+        if tags:
+            per_row = int(sample.get("runs", len(tags))) / len(tags)
+            out[action] = {t: round(per_row * tags.count(t)) for t in sorted(set(tags))}
+    return out or None
 
 
 def cmd_promote(args: argparse.Namespace) -> int:

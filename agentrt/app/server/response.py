@@ -132,7 +132,8 @@ def agentrt_extra(result: Result, streamed: str | None = None, warnings: list[st
         d = result.decision
         extra["decision"] = {"router": d.get("router"), "router_version": d.get("router_version"),
                              "state": d.get("state"), "fallback": d.get("fallback"), "propensity": d.get("propensity"),
-                             "p_success": d.get("p_success"), "evidence": d.get("evidence"), "shadow": d.get("shadow")}
+                             "p_success": d.get("p_success"), "evidence": d.get("evidence"), "shadow": d.get("shadow"),
+                             "corpus": d.get("corpus", "")}
     if result.citations:
         extra["citations"] = list(result.citations)
     if streamed is not None:  # the streamed content is not the recorded answer: say what the answer is
