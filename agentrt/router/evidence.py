@@ -169,20 +169,31 @@ def effective_sizes(evidence: Evidence, x: list[float], mean: list[float], std: 
     """ess per action for input ``x`` asked over ``corpus`` (``corpus_key``; None: not known, every row
     counts): the kernel estimate over the stored samples, for a CORPUS_BOUND action over the rows of runs
     over that corpus only."""
+    return corpus_sizes(evidence, x, mean, std, corpus)[0]
+
+
+def corpus_sizes(evidence: Evidence, x: list[float], mean: list[float], std: list[float],
+                 corpus: str | None) -> tuple[dict[str, float], dict[str, float]]:
+    """ess per action over ``corpus`` (as ``effective_sizes``) and over every corpus, from one kernel pass: the
+    first says what is calibrated, the second what the fallback shrinks by (the corpus bound changes the state,
+    not the decision)."""
     import numpy as np
 
     z = _standardize(np.asarray(x, dtype=float), mean, std)[: evidence.dims]
-    out = {}
+    bound, shared = {}, {}
     for a, s in evidence.actions.items():
         if not s.rows:
-            out[a] = 0.0
+            bound[a] = shared[a] = 0.0
             continue
         d2 = ((evidence.standardized(a, mean, std) - z) ** 2).sum(1)
         kernel = np.exp(-d2 / (2 * evidence.bandwidth ** 2))
+        scale = s.runs / len(s.rows)
+        shared[a] = float(scale * kernel.sum())
         if corpus is not None and s.corpora is not None:
-            kernel = kernel * np.asarray([c == corpus != UNKNOWN_CORPUS for c in s.corpora])
-        out[a] = float(s.runs / len(s.rows) * kernel.sum())
-    return out
+            bound[a] = float(scale * (kernel * np.asarray([c == corpus != UNKNOWN_CORPUS for c in s.corpora])).sum())
+        else:
+            bound[a] = shared[a]
+    return bound, shared
 
 
 def moment_sizes(x: list[float], mean: list[float], std: list[float], actions: list[str], runs: int,

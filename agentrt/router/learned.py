@@ -61,10 +61,17 @@ class RouterModel:
         """Per action, the effective number of training runs resembling input ``x`` asked over ``corpus``
         (``evidence.corpus_key``; None: not known), and the method used (``kernel`` over the stored sample;
         ``moments`` for a file without one)."""
+        bound, _, method = self.corpus_sizes(x, corpus)
+        return bound, method
+
+    def corpus_sizes(self, x: list[float], corpus: str | None) -> tuple[dict[str, float], dict[str, float], str]:
+        """Per action, the evidence over ``corpus`` (``effective_sizes``) and over every corpus (what the
+        fallback shrinks by), and the method; one kernel pass."""
         if self.evidence is not None:
-            return ev.effective_sizes(self.evidence, x, self.mean, self.std, corpus), "kernel"
+            return (*ev.corpus_sizes(self.evidence, x, self.mean, self.std, corpus), "kernel")
         runs = int(((self.provenance or {}).get("runs") or {}).get("train") or (self.metrics or {}).get("examples") or 0)
-        return ev.moment_sizes(x, self.mean, self.std, list(self.actions), runs, len(NUMERIC_FEATURES)), "moments"
+        sizes = ev.moment_sizes(x, self.mean, self.std, list(self.actions), runs, len(NUMERIC_FEATURES))
+        return sizes, sizes, "moments"
 
     @property
     def base_rates(self) -> dict[str, float]:
@@ -214,11 +221,10 @@ class LearnedRouter:
     async def _decide(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:
         x = vectorize(features, question)
         corpus = ev.corpus_key(features, getattr(self.settings, "corpus", None))
-        sizes, method = self.model.effective_sizes(x, corpus)
-        sizes = {a: round(n, 2) for a, n in sizes.items()}
-        # what decides is unchanged by the corpus bound (shrinking reads the evidence over every corpus); what is
-        # marked calibrated is not
-        shared = {a: round(n, 2) for a, n in self.model.effective_sizes(x)[0].items()} if corpus else sizes
+        # what decides is unchanged by the corpus bound (shrinking reads the evidence over every corpus, ``shared``);
+        # what is marked calibrated is not (``sizes``: over this corpus for a corpus-bound action)
+        sizes, shared, method = self.model.corpus_sizes(x, corpus)
+        sizes, shared = ({a: round(n, 2) for a, n in d.items()} for d in (sizes, shared))
         if self.fallback is not None:
             from agentrt.router.registry import warn_mismatch
 

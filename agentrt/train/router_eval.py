@@ -64,10 +64,10 @@ def deciding_estimator(model: RouterModel, settings: Settings) -> tuple[Estimato
         if id(e) not in cache:
             p, t = model.predict(e.x)
             pick = choose("learned", p, t, e.budget, cfg).action
-            ok = model.effective_sizes(e.x, e.corpus)[0].get(pick, 0.0) >= minimum
+            sizes, shared, _ = model.corpus_sizes(e.x, e.corpus)
+            ok = sizes.get(pick, 0.0) >= minimum
             # the corpus bound changes what is marked calibrated, not what decides (LearnedRouter): a corpus-bound
             # action with evidence over other corpora only decides on their estimate; shrinking reads every corpus
-            shared = model.effective_sizes(e.x)[0]
             if ok or (pick in CORPUS_BOUND and shared.get(pick, 0.0) >= minimum):
                 cache[id(e)] = ((p, t), ok)
             else:
