@@ -124,8 +124,10 @@ def auroc(scores: list[float], labels: list[float]) -> float | None:
     return (sum(rank[s] for s in pos) - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
 
 
-def bootstrap(terms: list[float], groups: list[str], rounds: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of the mean of ``terms``, resampling whole groups (questions)."""
+def bootstrap(terms: list[float], groups: list[str], rounds: int = 1000, seed: int = 0,
+              alpha: float = 0.05) -> tuple[float, float]:
+    """The (1 - alpha) percentile interval (95% by default) of the mean of ``terms``, resampling whole groups
+    (questions)."""
     by: dict[str, list[float]] = {}
     for t, g in zip(terms, groups):
         by.setdefault(g, []).append(t)
@@ -139,7 +141,7 @@ def bootstrap(terms: list[float], groups: list[str], rounds: int = 1000, seed: i
         n = sum(len(p) for p in picked)
         means.append(sum(sum(p) for p in picked) / n)
     means.sort()
-    return means[int(0.025 * rounds)], means[min(rounds - 1, int(0.975 * rounds))]
+    return means[int(alpha / 2 * rounds)], means[min(rounds - 1, int((1 - alpha / 2) * rounds))]
 
 
 def config(lam: float, actions: tuple[str, ...], floors: dict[str, float] | None = None) -> UtilityConfig:
@@ -208,11 +210,12 @@ class Verdict:
     # candidate ECE - incumbent ECE on the held-out runs, and its paired 95% bootstrap interval (None: unmeasured)
     ece_difference: float | None = None
     ece_interval: tuple[float, float] | None = None
+    alpha: float = 0.05  # the value interval's level is 1 - alpha
 
     def lines(self) -> list[str]:
         """The verdict as printed: the value interval (which decides) and the ECE difference's (its noise)."""
         lo, hi = self.interval
-        out = [f"value difference {self.difference:+.4f}, 95% interval [{lo:+.4f}, {hi:+.4f}]"]
+        out = [f"value difference {self.difference:+.4f}, {level(self.alpha)} interval [{lo:+.4f}, {hi:+.4f}]"]
         if self.ece_difference is not None and self.ece_interval is not None:
             elo, ehi = self.ece_interval
             out.append(f"ECE difference {self.ece_difference:+.4f}, 95% interval [{elo:+.4f}, {ehi:+.4f}] "
@@ -256,15 +259,16 @@ MIN_HELD_QUESTIONS = 10
 
 
 def compare(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example], *, ece_tolerance: float = 0.01,
-            rounds: int = 1000, seed: int = 0) -> Verdict:
+            rounds: int = 1000, seed: int = 0, alpha: float = 0.05) -> Verdict:
     """Promote only when the paired value difference's lower bound is above 0 (the value interval decides)
     and ECE does not regress beyond its noise: an ECE higher by more than ``ece_tolerance`` is a
     regression only when the paired bootstrap interval of the ECE difference lies above 0 (inside it, two
     equally calibrated routers differ that much on so few runs). The overoptimization flags (collapse to
     one action, winning by abstaining) block too, and so does a held-out slice of fewer than
-    ``MIN_HELD_QUESTIONS`` questions."""
+    ``MIN_HELD_QUESTIONS`` questions. ``alpha``: the value interval's level (1 - alpha; the traffic loop's later
+    looks at one candidate use a smaller one, ``traffic.look_alpha``)."""
     diff = [c - i for c, i in zip(candidate.terms, incumbent.terms)]
-    lo, hi = bootstrap(diff, [e.question for e in examples], rounds, seed)
+    lo, hi = bootstrap(diff, [e.question for e in examples], rounds, seed, alpha)
     mean = sum(diff) / max(1, len(diff))
     reasons, flags = [], guard(candidate, examples)
     held = len({e.question for e in examples})
@@ -272,7 +276,7 @@ def compare(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example
         reasons.append(f"only {held} held-out questions: too few for its interval to mean anything (at least "
                        f"{MIN_HELD_QUESTIONS}); learn on more items")
     if lo <= 0:
-        reasons.append(f"its value is not better by the interval: difference {mean:+.4f}, 95% interval "
+        reasons.append(f"its value is not better by the interval: difference {mean:+.4f}, {level(alpha)} interval "
                        f"[{lo:+.4f}, {hi:+.4f}] includes 0 or less")
     noise = ece_difference(candidate, incumbent, examples, rounds, seed)
     if noise is not None:
@@ -286,7 +290,12 @@ def compare(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example
         reasons.append("its calibration could not be measured (no held-out run took an action it models)")
     reasons += [f"overoptimization: {f}" for f in flags]
     return Verdict(not reasons, reasons, mean, (lo, hi), flags, None if noise is None else noise[0],
-                   None if noise is None else noise[1])
+                   None if noise is None else noise[1], alpha)
+
+
+def level(alpha: float) -> str:
+    """An interval's confidence level as printed: "95%", "98.5%"."""
+    return f"{round(100 * (1 - alpha), 2):g}%"
 
 
 def guard(candidate: PolicyEval, examples: list[Example]) -> list[str]:

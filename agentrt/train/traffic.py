@@ -2,14 +2,19 @@
 
 One step per call, by the observe state of the running policy (``agentrt.router.registry.observe_state``):
 
-1. No candidate under observation: train one on the rewarded traffic (``learn_round``: a training slice, a
-   held-out slice; never promoted here) and put it under **observation**: from the next request on it decides
-   every request in shadow (the decision step's ``shadow``; agentrt.router.shadow), at no model-token cost.
+1. No candidate under observation: train one on the rewarded traffic (``learn_round``, its figures from its
+   gate: cross-fitted by question, or a held-out slice; never promoted here) and put it under **observation**:
+   from the next request on it decides every request in shadow (the decision step's ``shadow``;
+   agentrt.router.shadow), at no model-token cost.
 2. A candidate under observation: value its would-be decisions off-policy on the runs logged since it started
    that got feedback, doubly robust with a bootstrap interval (by question), beside the router in use (its own
    greedy choice on the same runs, by the same estimator), and apply the gate (``router_eval.compare``: the
    paired value difference's lower bound above 0, ECE not worse beyond its noise, no overoptimization flag).
-   Promote, or refuse with the reasons; either way the observation ends and the next call trains anew.
+   Promote, or refuse with the reasons, and the observation ends (the next call trains anew) -- unless the
+   candidate is **undecided**: not clearly worse (its value interval reaches above 0, its ECE does not regress).
+   Then it stays under observation and is judged again once twice the questions of the last look have feedback
+   (10, 20, 40, 80), up to ``MAX_LOOKS`` looks, each at a stricter level (``look_alpha``) so that looking again
+   does not raise the chance of promoting a candidate that is no better.
 
 The logged propensities are the router's probabilities (exploration in production: ``Settings.router_epsilon``,
 ``agentrt serve --explore``), so the estimates stay unbiased when the router in use explores.
@@ -17,6 +22,7 @@ The logged propensities are the router's probabilities (exploration in productio
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,16 +33,18 @@ from agentrt.core.errors import InputError
 from agentrt.router import registry
 from agentrt.router.learned import RouterModel
 from agentrt.train.router import MAX_WEIGHT, Example, calibration, load_examples
-from agentrt.train.router_eval import PolicyEval, Verdict, auroc, bootstrap, compare
+from agentrt.train.router_eval import MIN_HELD_QUESTIONS, PolicyEval, Verdict, auroc, bootstrap, compare
 
 MIN_OBSERVED = 8  # rewarded runs with a shadow decision before the gate judges a candidate
+MAX_LOOKS = 4  # judgments of one candidate under observation; an undecided one is refused at the last
 
 
 @dataclass
 class TrafficReport:
-    """What one ``learn --traffic`` step did: trained a candidate (``trained``) or judged one (``judged``)."""
+    """What one ``learn --traffic`` step did: trained a candidate (``trained``), judged one (``judged``: promoted or
+    refused; ``undecided``: kept under observation), or waited for traffic (``observing``)."""
 
-    step: str  # trained | judged | observing (too few observed runs yet)
+    step: str  # trained | judged | undecided | observing (too few observed questions for a look yet)
     version: str
     runs: int  # rewarded runs of traffic
     observed: int = 0  # rewarded runs with the candidate's shadow decision
@@ -46,18 +54,20 @@ class TrafficReport:
     promoted: bool = False
     heldout: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    look: int = 0  # how many times the candidate under observation has been judged
+    questions: int = 0  # the questions its shadow decisions with feedback cover
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"step": self.step, "version": self.version, "runs": self.runs,
                                "observed": self.observed, "promoted": self.promoted, "heldout": self.heldout,
-                               "warnings": self.warnings}
+                               "warnings": self.warnings, "look": self.look, "questions": self.questions}
         for name in ("candidate", "incumbent"):
             p = getattr(self, name)
             out[name] = p.summary() if p is not None else None
         if self.verdict is not None:
             v = self.verdict
             out["verdict"] = {"promote": v.promote, "reasons": v.reasons, "difference": round(v.difference, 4),
-                              "interval": [round(x, 4) for x in v.interval]}
+                              "interval": [round(x, 4) for x in v.interval], "level": round(1 - v.alpha, 5)}
         return out
 
 
@@ -85,26 +95,27 @@ def traffic_examples(settings: Settings, fingerprint: registry.Fingerprint) -> l
 
 def learn_traffic(settings: Settings, fingerprint: registry.Fingerprint, *, lam: float = 0.3, holdout: float = 0.3,
                   folds: int = 5, seed: int = 0, rounds: int = 1000, min_observed: int = MIN_OBSERVED,
-                  promote: bool = True) -> TrafficReport:
+                  promote: bool = True, gate: str = "crossfit") -> TrafficReport:
     """One step of the traffic loop (see the module docstring)."""
     home = Path(settings.home)
     examples = traffic_examples(settings, fingerprint)
     watched = registry.observing(home, fingerprint.id)
     if watched is not None:
-        return _judge(settings, fingerprint, watched, examples, lam=lam, seed=seed, rounds=rounds,
+        return judge_observed(settings, fingerprint, watched, examples, lam=lam, seed=seed, rounds=rounds,
                       min_observed=min_observed, promote=promote)
-    return _train(settings, fingerprint, examples, lam=lam, holdout=holdout, folds=folds, seed=seed, rounds=rounds)
+    return _train(settings, fingerprint, examples, lam=lam, holdout=holdout, folds=folds, seed=seed, rounds=rounds,
+                  gate=gate)
 
 
 def _train(settings: Settings, fingerprint: registry.Fingerprint, examples: list[Example], *, lam: float, holdout: float,
-           folds: int, seed: int, rounds: int) -> TrafficReport:
+           folds: int, seed: int, rounds: int, gate: str = "crossfit") -> TrafficReport:
     from agentrt.train.learn import Incumbent, learn_round
 
     home = Path(settings.home)
     entry = registry.resolve_default(home, fingerprint)
     incumbent = Incumbent(entry if entry and entry.fingerprint_id == fingerprint.id else None)
     report = learn_round(examples, incumbent, settings, fingerprint, suites=["traffic"], lam=lam, holdout=holdout,
-                         folds=folds, seed=seed, rounds=rounds, promote=False,
+                         folds=folds, seed=seed, rounds=rounds, promote=False, gate=gate,
                          extra={"trained_on": "traffic", "observe": "decides in shadow until learn --traffic judges it"})
     registry.set_observe(home, fingerprint.id, {"version": report.version, "status": "observing",
                                                 "since": round(time.time(), 3), "incumbent": incumbent.name})
@@ -112,30 +123,59 @@ def _train(settings: Settings, fingerprint: registry.Fingerprint, examples: list
                          incumbent=report.incumbent, heldout=report.to_dict(), warnings=report.warnings)
 
 
-def _judge(settings: Settings, fingerprint: registry.Fingerprint, watched: registry.Entry, examples: list[Example], *,
-           lam: float, seed: int, rounds: int, min_observed: int, promote: bool) -> TrafficReport:
+def judge_observed(settings: Settings, fingerprint: registry.Fingerprint, watched: registry.Entry,
+                   examples: list[Example], *, lam: float = 0.3, seed: int = 0, rounds: int = 1000,
+                   min_observed: int = MIN_OBSERVED, promote: bool = True) -> TrafficReport:
+    """Judge the candidate under observation (``watched``) on the runs it decided in shadow: promote it, refuse it,
+    or keep it under observation when undecided (module docstring, step 2)."""
     home = Path(settings.home)
     rows = [e for e in examples if e.shadow and e.shadow.get("router_version") == watched.version
             and e.shadow.get("action") and e.logged]
-    if len(rows) < min_observed:
-        return TrafficReport("observing", watched.version, len(examples), observed=len(rows),
-                             warnings=[f"only {len(rows)} runs with feedback were decided in shadow by "
-                                       f"{watched.version} (want >= {min_observed}): keep serving and giving feedback"])
+    state = registry.observe_state(home).get(fingerprint.id) or {}
+    looks, last = int(state.get("looks", 0)), int(state.get("looked_at", 0))
+    questions = len({e.question for e in rows})
+    # a look needs enough questions for its interval to mean anything (compare's MIN_HELD_QUESTIONS), and a later
+    # one twice the questions of the last (10, 20, 40, 80): a look spends confidence (look_alpha), so none is spent
+    # on little more than was already seen
+    want = max(min_observed, MIN_HELD_QUESTIONS) if not looks else 2 * last
+    if len(rows) < min_observed or questions < want:
+        return TrafficReport("observing", watched.version, len(examples), observed=len(rows), look=looks,
+                             questions=questions,
+                             warnings=[f"{len(rows)} runs with feedback on {questions} questions were decided in "
+                                       f"shadow by {watched.version} (the next look wants >= {want} questions): keep "
+                                       "serving and giving feedback"])
+    look = looks + 1
+    alpha = look_alpha(look)
     model = RouterModel.load(watched.path)
     cand = _shadow_eval(watched.version, rows, model, lam, rounds, seed, shadow=True)
-    state = registry.observe_state(home).get(fingerprint.id) or {}
     inc = _shadow_eval(str(state.get("incumbent") or "in use"), rows, model, lam, rounds, seed, shadow=False)
-    verdict = compare(cand, inc, rows, rounds=rounds, seed=seed)
+    # a tail quantile needs enough bootstrap rounds to be more than the sample's extreme
+    verdict = compare(cand, inc, rows, rounds=max(rounds, math.ceil(10 / alpha)), seed=seed, alpha=alpha)
+    # undecided: not promoted, yet not clearly worse (its value interval reaches above 0, its ECE does not regress
+    # beyond its noise); what else blocks it (the collapse and abstention flags) is a property of a small sample too
+    undecided = (not verdict.promote and verdict.interval[1] > 0 and look < MAX_LOOKS
+                 and not any(r.startswith("its ECE regresses") for r in verdict.reasons))
     promoted = bool(verdict.promote and promote)
     if promoted:
         registry.promote(home, watched.version)
+    status = "observing" if undecided else "promoted" if promoted else "refused"
     registry.set_observe(home, fingerprint.id, {
-        **state, "status": "promoted" if promoted else "refused", "judged": round(time.time(), 3), "observed": len(rows),
-        "verdict": {"promote": verdict.promote, "reasons": verdict.reasons, "difference": round(verdict.difference, 4),
-                    "interval": [round(x, 4) for x in verdict.interval],
+        **state, "status": status, "judged": round(time.time(), 3), "observed": len(rows), "looks": look,
+        "looked_at": questions,
+        "verdict": {"promote": verdict.promote, "undecided": undecided, "reasons": verdict.reasons,
+                    "difference": round(verdict.difference, 4), "interval": [round(x, 4) for x in verdict.interval],
+                    "level": round(1 - alpha, 5), "look": look,
                     "candidate_value": round(cand.value, 4), "incumbent_value": round(inc.value, 4)}})
-    return TrafficReport("judged", watched.version, len(examples), observed=len(rows), candidate=cand, incumbent=inc,
-                         verdict=verdict, promoted=promoted)
+    return TrafficReport("undecided" if undecided else "judged", watched.version, len(examples), observed=len(rows),
+                         candidate=cand, incumbent=inc, verdict=verdict, promoted=promoted, look=look,
+                         questions=questions)
+
+
+def look_alpha(look: int, alpha: float = 0.05) -> float:
+    """The value interval's level at the ``look``-th judgment of one candidate: 1 - alpha * 6 / (pi^2 look^2)
+    (97.0%, 99.2%, 99.7%, 99.8%). The shares sum to alpha over every look, so a candidate no better than the router
+    in use is promoted at some look with at most the chance one 95% judgment gives it (the union bound)."""
+    return alpha * 6 / (math.pi ** 2 * look ** 2)
 
 
 def _shadow_eval(name: str, rows: list[Example], model: RouterModel, lam: float, rounds: int, seed: int, *,

@@ -15,12 +15,16 @@ held-out set, in a scratch home whose router is the shipped one.
   so a router's choices are valued from runs of them (doubly robust, 95% bootstrap interval by question).
 
 Then, for each N: what `agentrt learn` does with the first N traffic runs (``learn_round``: a candidate trained on
-its training slice, judged against the shipped router on its own held-out slice, promoted or not); the router
+the runs, judged against the shipped router by its gate (cross-fitted by question), promoted or not); the router
 in use afterwards decides the held-out questions as the runtime would (its estimate where the action has
 evidence, else the fallback): value, success, tokens, ECE over all decisions and over those marked
 ``calibrated``; beside the best fixed action (by value, abstain included); where one answering action beats the
 others by >= 10 points of success, the share of the questions it wins that the router sends to it (issue 38);
-the candidate's own figures beside it. Resumable: the runs are under OUT/FAMILY/{traffic*,heldout-grid}.
+the candidate's own figures beside it. A candidate the gate kept then goes through observe mode on the traffic
+runs that follow (``--observe``, 100): it decides them in shadow and ``traffic.judge_observed`` judges it as
+`agentrt learn --traffic` would (a look at 10, 20, 40 and 80 questions, each at a stricter level): promoted,
+refused, or still undecided when the runs ran out. Resumable: the runs are under
+OUT/FAMILY/{traffic*,heldout-grid}.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from evals.bench.common import ROOT, parser, reuse_converted_model, show, table
-from evals.bench.family_bench import score, shuffled, wins
+from evals.bench.family_bench import score, shuffled_verdict, wins
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # the held-out grid: plan is left out (~1,800 tokens a run on a CPU; DR values a router's plan from its model)
@@ -95,6 +99,9 @@ def main() -> None:
     ap.add_argument("--grid", nargs="+", default=list(GRID), help="actions every held-out question is run with "
                     f"(default: {' '.join(GRID)}; a router's other choices are valued by its reward model)")
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
+    ap.add_argument("--gate", choices=("crossfit", "holdout"), default="crossfit", help="learn_round's gate")
+    ap.add_argument("--observe", type=int, default=100, help="a candidate the gate kept decides the next this many "
+                    "traffic runs in shadow and is judged as `learn --traffic` judges it (0: off)")
     ap.add_argument("--out", default="adapt-out")
     args = ap.parse_args()
     args.limit = args.limit or max(args.n)
@@ -133,12 +140,12 @@ def main() -> None:
                 print(f"{family} N={n}: too few traffic questions ({len(rows)} runs)")
                 continue
             # what `agentrt learn --traffic` does with these runs: train a candidate, judge it against the
-            # router in use (the shipped one) on its own held-out slice, promote it or keep the shipped one
+            # router in use (the shipped one) by its gate, promote it or keep the shipped one
             candidate = gate = None
             refused = None
             if n:
-                candidate, gate = _learn(rows, shipped, settings, family, args.lam)
-                refused = _shuffled_refused(rows, shipped, args.lam)
+                candidate, gate = _learn(rows, shipped, settings, family, args.lam, args.gate)
+                refused = not shuffled_verdict(rows, shipped, settings, args.lam, args.gate).promote
             in_use = candidate if gate and gate.promoted else shipped
             row = {"family": family, "n": n, "runs": len(rows), "heldout_runs": len(held),
                    "gate": None if gate is None else ("promoted" if gate.promoted else "kept"),
@@ -147,6 +154,8 @@ def main() -> None:
                    **_score(in_use, held, settings, args.lam, fixed)}
             if candidate is not None:
                 row["candidate"] = _score(candidate, held, settings, args.lam, fixed)
+            if candidate is not None and gate is not None and not gate.promoted and args.observe:
+                row["observe"] = _observe(candidate, rows, traffic[n:n + args.observe], settings, args.lam)
             row["best_fixed"] = None if best is None else {"action": best.name, "value": round(best.value, 4),
                                                            "success": round(best.success, 4),
                                                            "tokens": round(best.tokens, 1)}
@@ -158,7 +167,8 @@ def main() -> None:
                "(the shipped one unless the gate promoted the candidate), and the candidate itself",
                ["family", "N", "gate", "value [95%]", "success", "tokens", "ECE all (floor)", "ECE calibrated (share)",
                 "ECE abstain / others", "best fixed: value, success, tokens", "one action wins: router picks it", "actions",
-                "candidate: value, ECE all, calibrated", "shuffled-reward candidate"],
+                "candidate: value, ECE all, calibrated", "shuffled-reward candidate",
+                f"kept candidate observed on the next {args.observe} runs"],
                [[r["family"], r["n"], r["gate"] or "-",
                  f"{r['value']:+.3f} [{r['interval'][0]:+.3f}, {r['interval'][1]:+.3f}]",
                  f(r["success"]), f"{r['tokens']:.0f}", f"{f(r['ece'])} ({f(r['ece_floor'])})",
@@ -171,8 +181,58 @@ def main() -> None:
                  " ".join(f"{a}:{k}" for a, k in sorted(r["actions"].items())),
                  "-" if "candidate" not in r else f"{r['candidate']['value']:+.3f}, {f(r['candidate']['ece'])}, "
                  f"{f(r['candidate']['ece_calibrated'])}",
-                 "-" if r["shuffled_refused"] is None else "refused" if r["shuffled_refused"] else "PROMOTED"]
-                for r in results]), width=260)
+                 "-" if r["shuffled_refused"] is None else "refused" if r["shuffled_refused"] else "PROMOTED",
+                 "-" if not r.get("observe") else f"{r['observe']['outcome']} at look {r['observe']['look']} "
+                 f"({r['observe']['runs']} runs, {r['observe']['new_questions']} new questions): "
+                 f"{r['observe']['difference']:+.3f} [{r['observe']['interval'][0]:+.3f}, "
+                 f"{r['observe']['interval'][1]:+.3f}] at {r['observe']['level']}"]
+                for r in results]), width=300)
+
+
+def _observe(candidate, trained_on, after, settings, lam: float) -> dict | None:
+    """Observe mode on a candidate the gate kept: it decides the traffic runs that follow in shadow (its greedy
+    choice, as the runtime's shadow step records it) and `learn --traffic` judges it on them
+    (``traffic.judge_observed``: a look each ``MIN_HELD_QUESTIONS`` new questions, stricter each time, until it
+    promotes or refuses). Returns the last look's verdict, or None when the runs after it were too few to look."""
+    import tempfile
+    from dataclasses import replace
+
+    from agentrt.router import registry
+    from agentrt.router.decision import choose
+    from agentrt.train.router_eval import config, deciding_estimator
+    from agentrt.train.traffic import judge_observed
+
+    after = [e for e in after if e.logged]
+    estimate, _ = deciding_estimator(candidate, settings)
+    cfg = config(lam, tuple(candidate.actions), dict(getattr(settings, "router_floors", {}) or {}))
+    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    with tempfile.TemporaryDirectory() as home:
+        entry = registry.add(Path(home), candidate)
+        registry.set_observe(Path(home), fingerprint.id, {"version": entry.version, "status": "observing",
+                                                          "since": 0, "incumbent": "shipped"})
+        shadowed = []
+        for e in after:
+            p, t = estimate(e)
+            p = {a: v for a, v in p.items() if a in cfg.actions}
+            pick = choose("learned", p, {a: t[a] for a in p}, e.budget, cfg).action
+            shadowed.append(replace(e, shadow={"router_version": entry.version, "action": pick, "p_success": p}))
+        report = None
+        for m in range(1, len(shadowed) + 1):
+            step = judge_observed(settings.model_copy(update={"home": home}), fingerprint, entry, shadowed[:m],
+                                  lam=lam)
+            if step.verdict is not None:
+                report = step
+            if step.step == "judged":
+                break
+    if report is None or report.verdict is None:
+        return None
+    v = report.verdict
+    seen = {e.question for e in trained_on}
+    return {"outcome": "promoted" if v.promote else "undecided" if report.step == "undecided" else "refused",
+            "look": report.look, "runs": report.observed,
+            "new_questions": len({e.question for e in after[:report.observed]} - seen),
+            "difference": round(v.difference, 4), "interval": [round(x, 4) for x in v.interval],
+            "level": f"{100 * (1 - v.alpha):.2f}%", "reasons": v.reasons}
 
 
 def _named(examples, family: str):
@@ -189,7 +249,7 @@ def _named(examples, family: str):
     return [replace(e, corpus=name) if e.corpus == "?" else e for e in examples]
 
 
-def _learn(rows, shipped, settings, family: str, lam: float):
+def _learn(rows, shipped, settings, family: str, lam: float, gate: str = "crossfit"):
     """(candidate, RoundReport): ``learn_round`` on ``rows`` in a scratch home whose promoted router is ``shipped``."""
     import tempfile
 
@@ -202,23 +262,9 @@ def _learn(rows, shipped, settings, family: str, lam: float):
         entry = registry.add(Path(home), shipped)
         registry.promote(Path(home), entry.version)
         report = learn_round(rows, Incumbent(entry), settings.model_copy(update={"home": home}), fingerprint,
-                             suites=[family], lam=lam)
+                             suites=[family], lam=lam, gate=gate)
         candidate = RouterModel.load(registry.find(Path(home), report.version).path) if report.version else None
     return candidate, report
-
-
-def _shuffled_refused(rows, shipped, lam: float) -> bool:
-    """Whether the gate refuses a deliberately worse candidate: fit on the training slice of ``rows`` with their
-    rewards shuffled, judged against the shipped router on the true rewards of the held-out slice."""
-    from agentrt.train.router import train_router
-    from agentrt.train.router_eval import compare, config, evaluate, model_estimator, split
-
-    train, held = split(rows, 0.3, 0)
-    bad = train_router([], lam=lam, examples=shuffled(train), prior=shipped.base_rates)
-    q = model_estimator(bad)
-    cfg = config(lam, tuple(sorted({e.action for e in rows})))
-    return not compare(evaluate("shuffled", model_estimator(bad), q, held, cfg),
-                       evaluate("shipped", model_estimator(shipped), q, held, cfg), held).promote
 
 
 def _score(model, held, settings, lam: float, fixed: dict) -> dict:

@@ -17,10 +17,10 @@ family (``evals.devsets.FAMILIES``) found there:
    the others by >= 10 points of success, the share of the questions it wins that the router sends to it.
 2. **Adaptation**: the family's questions in a stable hash order: the first ``--train`` (<= 100) are what a user
    runs `agentrt learn` on, the rest are held out. For each N in ``--n``: ``learn_round`` (what `agentrt learn`
-   calls after exploring; its own 30% slice judges the candidate against the zero-shot router, the incumbent)
-   on the runs of the first N questions; the router in use afterwards (promoted or not) is scored on the held-out
-   questions. A candidate trained on the same runs with their rewards shuffled is judged by the same gate (on the
-   true rewards of that slice): it must be refused.
+   calls after exploring; its gate judges the candidate against the zero-shot router, the incumbent)
+   on the runs of the first N questions (``--gate``: cross-fitted over them, or a 30% slice of them held out);
+   the router in use afterwards (promoted or not) is scored on the held-out questions. A candidate trained on the
+   same runs with their rewards shuffled is judged by the same gate (on the true rewards): it must be refused.
 
 Acceptance (issue 38): zero-shot value >= best fixed - 0.02 per family; after learning on <= 100 items, promoted,
 held-out ECE <= 0.10 and value >= best fixed - 0.02, the shuffled candidate refused. Issue 39: zero-shot ECE <= 0.15
@@ -119,13 +119,25 @@ def shuffled(rows, seed: int = 0):
     return [replace(e, success=s, reward=r) for e, (s, r) in zip(rows, outcomes)]
 
 
+def shuffled_verdict(rows, incumbent, settings, lam: float, gate: str = "crossfit"):
+    """The gate's verdict on a deliberately worse candidate: fit (as `agentrt learn` fits one, the incumbent's
+    base rates as its prior) on ``rows`` with their rewards shuffled, judged on their true rewards."""
+    from agentrt.train.learn import judge
+    from agentrt.train.router import train_router
+    from agentrt.train.router_eval import deciding_estimator
+
+    def fit(train):
+        return train_router([], lam=lam, examples=shuffled(train), prior=incumbent.base_rates)
+
+    return judge(rows, fit, deciding_estimator(incumbent, settings)[0], settings, gate=gate, lam=lam,
+                 name="shuffled").verdict
+
+
 def adapt(family, fam, zero, settings, fingerprint, args, actions):
     """learn_round on the first N questions of the family, the router in use after it scored on the rest."""
     from agentrt.router import registry
     from agentrt.router.learned import RouterModel
     from agentrt.train.learn import Incumbent, learn_round
-    from agentrt.train.router import train_router
-    from agentrt.train.router_eval import compare, config, evaluate, model_estimator, split
 
     order = _order({e.question for e in fam})
     pool = order[:min(args.train, int(0.65 * len(order)))]
@@ -140,17 +152,11 @@ def adapt(family, fam, zero, settings, fingerprint, args, actions):
             s = settings.model_copy(update={"home": home})
             entry = registry.add(Path(home), zero)
             registry.promote(Path(home), entry.version)
-            report = learn_round(rows, Incumbent(entry), s, fingerprint, suites=[family], lam=args.lam)
+            report = learn_round(rows, Incumbent(entry), s, fingerprint, suites=[family], lam=args.lam, gate=args.gate)
             in_use = RouterModel.load(registry.find(Path(home), report.version).path) if report.promoted else zero
         after = score(f"N={n}", in_use, held, actions, settings, args.lam)
-        # the deliberately worse candidate: fit on the training slice with its rewards shuffled, judged on the
-        # true rewards of the held-out slice by the same gate
-        train, heldslice = split(rows, 0.3, 0)
-        bad = train_router([], lam=args.lam, examples=shuffled(train), prior=zero.base_rates)  # as learn_round's
-        q = model_estimator(bad)
-        cfg = config(args.lam, tuple(sorted({e.action for e in rows})))
-        verdict = compare(evaluate("shuffled", model_estimator(bad), q, heldslice, cfg),
-                          evaluate("incumbent", model_estimator(zero), q, heldslice, cfg), heldslice)
+        # the deliberately worse candidate: fit with its rewards shuffled, judged on the true rewards by the same gate
+        verdict = shuffled_verdict(rows, zero, settings, args.lam, args.gate)
         out.append({"n": n, "runs": len(rows), "promoted": report.promoted, "verdict": report.verdict.lines()
                     + report.verdict.reasons, "after": after, "shuffled_refused": not verdict.promote,
                     "shuffled_reasons": verdict.reasons})
@@ -164,6 +170,7 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=100, help="questions a user learns on (at most 100)")
     ap.add_argument("--n", nargs="+", type=int, default=[25, 50, 100], help="learn on the first N of them")
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
+    ap.add_argument("--gate", choices=("crossfit", "holdout"), default="crossfit", help="learn_round's gate")
     ap.add_argument("--evidence", choices=("numeric", "all"), help="the evidence kernel's inputs (default: the "
                     "trainer's): the numeric features only, or the hashed words too")
     ap.add_argument("--abstain-floor", type=float, help="the learned router's abstain floor (default: the "

@@ -14,10 +14,10 @@ DIM = len(NUMERIC_FEATURES) + HASH_DIM
 ARITH = NUMERIC_FEATURES.index("arithmetic")
 
 
-def _runs(n: int = 160, seed: int = 1, shuffle: bool = False) -> list[Example]:
+def _runs(n: int = 160, seed: int = 1, shuffle: bool = False, good: float = 0.85) -> list[Example]:
     """``n`` questions, each run with direct and reason (propensity 0.5): reason succeeds on arithmetic
     questions 85% of the time and on others 15%; direct the other way round. ``shuffle``: the success
-    labels are shuffled across runs (a reward signal that says nothing)."""
+    labels are shuffled across runs (a reward signal that says nothing). ``good``: the 85% (a weaker signal)."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
@@ -26,8 +26,8 @@ def _runs(n: int = 160, seed: int = 1, shuffle: bool = False) -> list[Example]:
         x[ARITH] = float(math_q)
         x[len(NUMERIC_FEATURES) + i % HASH_DIM] = 1.0
         for action, tokens in (("direct", 60.0), ("reason", 300.0)):
-            good = (action == "reason") == math_q
-            ok = float(rng.random() < (0.85 if good else 0.15))
+            right = (action == "reason") == math_q
+            ok = float(rng.random() < (good if right else 1 - good))
             rows.append(Example(question=f"q{i}", x=x, action=action, propensity=0.5,
                                 probs={"direct": 0.5, "reason": 0.5}, success=ok, reward=ok, tokens=tokens, budget=1000))
     if shuffle:
@@ -138,3 +138,59 @@ def test_learn_starts_a_rarely_run_action_from_the_router_in_use(tmp_path):
     assert candidate.metrics["prior"]["ask"] == old.base_rates["ask"] < 0.1
     pooled = train_router([], examples=[e for e in traffic if e.question in {x.question for x in split(traffic, 0.3)[0]}])
     assert candidate.base_rates["ask"] < 0.1 < pooled.base_rates["ask"]
+
+
+def test_the_crossfit_gate_judges_every_question_by_a_model_that_never_saw_it():
+    """`agentrt learn`'s default gate: every question is judged once, by a candidate fit on the other folds'
+    questions only; the candidate in use is fit on all of them."""
+    from agentrt.core.config import Settings
+    from agentrt.train.learn import judge
+    from agentrt.train.router_eval import fixed_estimator
+
+    runs = _runs(40)
+    seen: list[set[str]] = []
+    models: list[object] = []
+
+    def fit(rows: list[Example]):
+        seen.append({e.question for e in rows})
+        models.append(train_router([], folds=3, examples=rows))
+        return models[-1]
+
+    judged = judge(runs, fit, fixed_estimator("direct"), Settings(), folds=4, rounds=200)
+    assert len(seen) == 4 == judged.folds and len(judged.held) == len(runs) and judged.train == runs
+    questions = {e.question for e in runs}
+    # each fold's model was fit on three quarters of the questions; together the folds judge each question once
+    held_out = [questions - s for s in seen]
+    assert all(9 <= len(h) <= 11 for h in held_out) and sorted(q for h in held_out for q in h) == sorted(questions)
+    for e in runs:  # the reward model a run is valued with is the one that never saw its question
+        owner = next(m for m, h in zip(models, held_out) if e.question in h)
+        assert judged.q(e) == owner.predict(e.x)
+
+
+def test_the_crossfit_gate_promotes_a_clear_win_the_holdout_slice_is_too_noisy_to_see():
+    """40 questions: on its 30% slice (10 questions) the learned router's win over always-direct is inside the
+    interval's noise; cross-fitted, every question judges, the interval is narrower and the win promotes, and a
+    candidate fit on shuffled rewards is refused by the same gate."""
+    from agentrt.core.config import Settings
+    from agentrt.train.learn import judge
+    from agentrt.train.router_eval import fixed_estimator
+
+    runs = _runs(40, seed=4)
+    fit = lambda rows: train_router([], folds=3, examples=rows)  # noqa: E731
+    incumbent = fixed_estimator("direct")
+    slice_ = judge(runs, fit, incumbent, Settings(), gate="holdout", rounds=300)
+    assert not slice_.verdict.promote and slice_.verdict.interval[0] <= 0 < slice_.verdict.difference
+    crossed = judge(runs, fit, incumbent, Settings(), rounds=300)
+    assert crossed.verdict.promote, crossed.verdict.reasons
+    assert len({e.question for e in crossed.held}) == 40 and crossed.verdict.interval[0] > 0
+    width = lambda v: v.interval[1] - v.interval[0]  # noqa: E731
+    assert width(crossed.verdict) < width(slice_.verdict)
+
+    def shuffled_fit(rows: list[Example]):
+        labels = [e.success for e in rows]
+        random.Random(0).shuffle(labels)
+        return train_router([], folds=3, examples=[Example(**{**e.__dict__, "success": y, "reward": y})
+                                                   for e, y in zip(rows, labels)])
+
+    bad = judge(runs, shuffled_fit, model_estimator(fit(runs)), Settings(), rounds=300)
+    assert not bad.verdict.promote and any("value is not better" in r for r in bad.verdict.reasons)

@@ -39,8 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-runs", type=int, default=None,
                    help="runs each action should reach: exploration gives the short ones a minimum share of the "
                         "runs to come (default 30, what the trainer wants per action; 0: no shares)")
-    p.add_argument("--holdout", type=float, default=0.3, help="share of questions held out for evaluation (default 0.3)")
-    p.add_argument("--folds", type=int, default=5, help="cross-fitting folds on the training slice (default 5)")
+    p.add_argument("--gate", choices=("crossfit", "holdout"), default="crossfit",
+                   help="how the candidate is judged against the router in use: crossfit (default: every question, "
+                        "each by a candidate fit on the other folds' questions) or holdout (a --holdout share of the "
+                        "questions, never fit on)")
+    p.add_argument("--holdout", type=float, default=0.3,
+                   help="--gate holdout: share of questions held out for evaluation (default 0.3)")
+    p.add_argument("--folds", type=int, default=5,
+                   help="cross-fitting folds by question, of the gate and of each fit's calibration (default 5)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap rounds of the intervals (default 1000)")
     p.add_argument("--workers", type=int, default=2, help="concurrent explore runs sharing the model (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of exploration and of the held-out split (default 0)")
@@ -256,7 +262,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
     report = learn_round(_examples(paths), incumbent, settings, fingerprint,
                          suites=[s.name for s in suites] + [str(p) for p in logged], lam=args.lam,
                          holdout=args.holdout, folds=args.folds, seed=args.seed, rounds=args.bootstrap,
-                         promote=not args.no_promote, extra=_provenance_extra(args, suites, logged, incumbent.name))
+                         promote=not args.no_promote, gate=args.gate, extra=_provenance_extra(args, suites, logged, incumbent.name))
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
     (out / "report.md").write_text(reliability_markdown(report))
@@ -271,8 +277,13 @@ def _print(report: Any, incumbent: str) -> None:
     for line in report.warnings:
         print(f"agentrt: warning: {line}", file=sys.stderr)
     r = report.runs
-    table = Table(title=f"held-out slice: {r['heldout']} runs on {r['heldout_questions']} questions "
-                        f"(trained on {r['train']} runs)")
+    if r.get("gate") == "holdout":
+        title = (f"held-out slice: {r['heldout']} runs on {r['heldout_questions']} questions "
+                 f"(trained on {r['train']} runs)")
+    else:
+        title = (f"cross-fitted: {r['heldout']} runs on {r['heldout_questions']} questions, each judged by a candidate "
+                 f"fit on the other {r['folds'] - 1} of {r['folds']} folds (the candidate in use: fit on all of them)")
+    table = Table(title=title)
     for col in ("router", "DR value [95%]", "success", "tokens", "ECE (noise floor)", "AUROC", "abstain P/R", "actions"):
         table.add_column(col)
 
@@ -285,7 +296,7 @@ def _print(report: Any, incumbent: str) -> None:
                       fmt(p.auroc), f"{fmt(p.abstain_precision, 2)}/{fmt(p.abstain_recall, 2)}",
                       " ".join(f"{a}:{n}" for a, n in sorted(p.actions.items())))
     Console(width=max(140, Console().width)).print(table)
-    print(f"value on train {report.train_value:+.4f} vs held out {report.candidate.value:+.4f}; "
+    print(f"value on train {report.train_value:+.4f} vs judged {report.candidate.value:+.4f}; "
           f"action mix drift from {incumbent}: {report.drift:.2f}")
     v = report.verdict
     print(f"candidate {report.version} vs {incumbent}: " + "; ".join(v.lines()))

@@ -82,8 +82,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         verdict = r["verdict"]
         if r["observe"] and r["observe"].get("verdict"):  # judged on traffic, in shadow: that verdict counts
             v = r["observe"]["verdict"]
-            verdict = (f"traffic ({r['observe'].get('observed')} runs): difference {v['difference']:+.4f} "
-                       f"[{v['interval'][0]:+.4f}, {v['interval'][1]:+.4f}]; " + ("; ".join(v["reasons"]) or "promote"))
+            verdict = (f"traffic ({r['observe'].get('observed')} runs{', look ' + str(v['look']) if v.get('look') else ''}"
+                       f"): difference {v['difference']:+.4f} [{v['interval'][0]:+.4f}, {v['interval'][1]:+.4f}]; "
+                       + ("undecided, observing on" if v.get("undecided") else "; ".join(v["reasons"]) or "promote"))
         table.add_row(r["version"], r["status"], r["policy"], str(r["date"]), str(r["runs"] or "-"),
                       "-" if r["value"] is None else f"{r['value']:+.4f}", "-" if r["ece"] is None else f"{r['ece']:.4f}",
                       verdict[:100])
