@@ -104,7 +104,8 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Setting
         incumbent_cfg = UtilityConfig(lam=lam, actions=actions, floors=floors)
     judged = judge(examples, fit, incumbent_estimate, settings, gate=gate, lam=lam, holdout=holdout, folds=folds,
                    seed=seed, rounds=rounds, incumbent_name=incumbent.name, incumbent_cfg=incumbent_cfg)
-    candidate = fit(judged.train)
+    # the holdout gate judged the very model fit on the training slice; cross-fitted, the one in use is fit on all
+    candidate = judged.models[0] if gate == "holdout" else fit(judged.train)
     cand, inc, held, verdict = judged.candidate, judged.incumbent, judged.held, judged.verdict
     fixed = {a: evaluate(f"fixed:{a}", fixed_estimator(a), judged.q, held, config(lam, (a,)), rounds, seed)
              for a in actions}
@@ -156,6 +157,7 @@ class Judged:
     train: list[Example]
     q: Estimator
     folds: int
+    models: list[RouterModel] = field(default_factory=list)  # one per fold (the holdout gate: one)
 
 
 def judge(examples: list[Example], fit: Fit, incumbent: Estimator, settings: Settings, *, gate: str = "crossfit",
@@ -192,7 +194,8 @@ def judge(examples: list[Example], fit: Fit, incumbent: Estimator, settings: Set
     cfg = config(lam, actions, dict(getattr(settings, "router_floors", {}) or {}))
     cand = evaluate(name, estimate, q, held, cfg, rounds, seed)
     inc = evaluate(incumbent_name, incumbent, q, held, incumbent_cfg or cfg, rounds, seed)
-    return Judged(cand, inc, compare(cand, inc, held, rounds=rounds, seed=seed), held, train, q, len(parts))
+    return Judged(cand, inc, compare(cand, inc, held, rounds=rounds, seed=seed), held, train, q, len(parts),
+                  [m for m, _ in models])
 
 
 def fold_of(examples: list[Example], folds: int, seed: int = 0) -> dict[str, int]:

@@ -259,7 +259,13 @@ def cmd_learn(args: argparse.Namespace) -> int:
     if args.explore_only:
         print(f"exploration done: trajectories in {out / 'trajectories'}")
         return 0
-    report = learn_round(_examples(paths), incumbent, settings, fingerprint,
+    examples = _examples(paths)
+    if not args.no_progress and sys.stderr.isatty():  # the fits take ~40 s on 2,000 runs: say what is happening
+        how = (f"{args.folds} cross-fitted folds" if args.gate == "crossfit"
+               else f"a {args.holdout:.0%} held-out slice")
+        print(f"training a candidate on {len(examples)} runs and judging it against {incumbent.name} "
+              f"({how})...", file=sys.stderr, flush=True)
+    report = learn_round(examples, incumbent, settings, fingerprint,
                          suites=[s.name for s in suites] + [str(p) for p in logged], lam=args.lam,
                          holdout=args.holdout, folds=args.folds, seed=args.seed, rounds=args.bootstrap,
                          promote=not args.no_promote, gate=args.gate, extra=_provenance_extra(args, suites, logged, incumbent.name))
