@@ -140,6 +140,10 @@ def test_learn_end_to_end_on_the_embedded_model(embedded, tmp_path, agentrt_home
                                    for r in free)
     assert {r["item_id"]: r["correct"] for r in free} == {i["id"]: i["type"] == "unanswerable" for i in items}
     assert report["runs"]["heldout"] > 0 and report["runs"]["train"] > 0
+    # the default gate cross-fits: every run is judged (by a candidate fit without its question), the one in use
+    # is fit on all of them, and the table says so
+    assert report["runs"]["gate"] == "crossfit" and report["runs"]["heldout"] == report["runs"]["train"] == 24
+    assert "cross-fitted: 24 runs on 6 questions" in first
     assert ("promoted r001" in first) == report["promoted"]
     assert report["promoted"] or report["verdict"]["reasons"]  # kept the incumbent: it says why
     steps = [json.loads(line) for line in (out / "trajectories" / "trajectories.jsonl").read_text().splitlines()]
