@@ -4,11 +4,13 @@ raise the chance of promoting a no-better router; a clearly worse one is refused
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
 import pytest
 
+from agentrt.app.cli import main
 from agentrt.core.config import Settings
 from agentrt.router import registry
 from agentrt.train.router import Example, train_router
@@ -40,14 +42,14 @@ def _traffic(n: int, start: int, seed: int, good: float, *, wrong: bool = False)
 
 
 @pytest.fixture
-def observed(tmp_path):
+def observed(agentrt_home):
     """A home whose candidate r001 is under observation, the shipped router in use."""
-    settings = Settings(home=tmp_path)
+    settings = Settings(home=agentrt_home)
     fingerprint = registry.policy_fingerprint(None, settings.policy)
     model = train_router([], folds=3, examples=_runs(60))
     model.provenance = {"policy": fingerprint.to_dict()}
-    entry = registry.add(Path(tmp_path), model)
-    registry.set_observe(Path(tmp_path), fingerprint.id, {"version": entry.version, "status": "observing",
+    entry = registry.add(Path(agentrt_home), model)
+    registry.set_observe(Path(agentrt_home), fingerprint.id, {"version": entry.version, "status": "observing",
                                                           "since": 0, "incumbent": "shipped"})
     return settings, fingerprint, entry
 
@@ -56,7 +58,7 @@ def _state(settings: Settings, fingerprint) -> dict:
     return registry.observe_state(Path(settings.home))[fingerprint.id]
 
 
-def test_an_undecided_candidate_stays_under_observation_and_is_promoted_on_more_traffic(observed):
+def test_an_undecided_candidate_stays_under_observation_and_is_promoted_on_more_traffic(observed, capsys):
     settings, fingerprint, entry = observed
     home = Path(settings.home)
     first = _traffic(12, 0, seed=1, good=0.7)
@@ -71,6 +73,14 @@ def test_an_undecided_candidate_stays_under_observation_and_is_promoted_on_more_
     state = _state(settings, fingerprint)
     assert state["status"] == "observing" and state["looks"] == 1 and state["verdict"]["undecided"] is True
     assert registry.observing(home, fingerprint.id).version == entry.version  # still deciding in shadow
+    capsys.readouterr()
+    assert main(["router", "list", "--json"]) == 0  # what the user sees
+    listed = json.loads(capsys.readouterr().out)
+    row = next(r for r in listed["routers"] if r["version"] == entry.version)
+    assert listed["observing"] == entry.version and row["status"] == "observing (shadow)"
+    assert row["observe"]["verdict"]["undecided"] is True and row["observe"]["verdict"]["look"] == 1
+    assert main(["router", "list"]) == 0
+    assert "look 1" in capsys.readouterr().out
     # the same traffic again, or a few more questions: not a new look
     assert judge_observed(settings, fingerprint, entry, first + _traffic(5, 12, seed=2, good=0.85)).step == "observing"
     two = judge_observed(settings, fingerprint, entry, first + _traffic(40, 12, seed=101, good=0.85))
