@@ -61,7 +61,7 @@ def _state(settings: Settings, fingerprint) -> dict:
 def test_an_undecided_candidate_stays_under_observation_and_is_promoted_on_more_traffic(observed, capsys):
     settings, fingerprint, entry = observed
     home = Path(settings.home)
-    first = _traffic(12, 0, seed=1, good=0.7)
+    first = _traffic(12, 0, seed=3, good=0.7)
     # fewer than 10 questions: no look is spent (a bootstrap over so few is overconfident)
     waiting = judge_observed(settings, fingerprint, entry, first[:9])
     assert waiting.step == "observing" and waiting.look == 0 and "wants >= 10 questions" in waiting.warnings[0]
@@ -103,7 +103,7 @@ def test_the_last_look_decides(observed):
     settings, fingerprint, entry = observed
     registry.set_observe(Path(settings.home), fingerprint.id, {**_state(settings, fingerprint),
                                                                "looks": MAX_LOOKS - 1, "looked_at": 2})
-    report = judge_observed(settings, fingerprint, entry, _traffic(12, 0, seed=1, good=0.7))
+    report = judge_observed(settings, fingerprint, entry, _traffic(12, 0, seed=3, good=0.7))
     assert report.look == MAX_LOOKS and report.step == "judged" and not report.promoted
     assert report.verdict.interval[0] <= 0 < report.verdict.interval[1]  # as undecided as the first look above
     assert _state(settings, fingerprint)["status"] == "refused"
