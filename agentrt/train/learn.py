@@ -182,20 +182,16 @@ def judge(examples: list[Example], fit: Fit, incumbent: Estimator, settings: Set
     if questions < 3 or not parts or any(len({e.question for e in rows}) < 2 for rows, _ in parts):
         raise InputError(f"too few questions to learn from ({questions}, {len(held)} runs judged); explore more "
                          "items (raise --limit or add suites)")
-    models = [(fit(rows), {id(e) for e in judged}) for rows, judged in parts]
-
-    def model_for(e: Example) -> RouterModel:
-        return next(m for m, ids in models if id(e) in ids)
-
-    deciders = {id(m): deciding_estimator(m, settings)[0] for m, _ in models}
-    q: Estimator = lambda e: model_for(e).predict(e.x)  # noqa: E731  (the reward model never saw e's question)
-    estimate: Estimator = lambda e: deciders[id(model_for(e))](e)  # noqa: E731
+    models = [fit(rows) for rows, _ in parts]
+    owner = {id(e): i for i, (_, judged) in enumerate(parts) for e in judged}  # the model that never saw e's question
+    deciders = [deciding_estimator(m, settings)[0] for m in models]
+    q: Estimator = lambda e: models[owner[id(e)]].predict(e.x)  # noqa: E731
+    estimate: Estimator = lambda e: deciders[owner[id(e)]](e)  # noqa: E731
     actions = tuple(sorted({e.action for e in examples}))
     cfg = config(lam, actions, dict(getattr(settings, "router_floors", {}) or {}))
     cand = evaluate(name, estimate, q, held, cfg, rounds, seed)
     inc = evaluate(incumbent_name, incumbent, q, held, incumbent_cfg or cfg, rounds, seed)
-    return Judged(cand, inc, compare(cand, inc, held, rounds=rounds, seed=seed), held, train, q, len(parts),
-                  [m for m, _ in models])
+    return Judged(cand, inc, compare(cand, inc, held, rounds=rounds, seed=seed), held, train, q, len(parts), models)
 
 
 def fold_of(examples: list[Example], folds: int, seed: int = 0) -> dict[str, int]:

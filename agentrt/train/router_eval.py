@@ -149,6 +149,14 @@ def config(lam: float, actions: tuple[str, ...], floors: dict[str, float] | None
     return UtilityConfig(lam=lam, actions=actions, floors={**DEFAULT_FLOORS, **(floors or {})})
 
 
+def greedy(name: str, estimate: Estimator, e: Example, cfg: UtilityConfig) -> tuple[str, dict[str, float]]:
+    """The action the utility rule ``cfg`` takes on ``e`` from ``estimate``, and the p_success it chose among
+    (the estimates of ``cfg``'s actions)."""
+    p, tokens = estimate(e)
+    p = {a: v for a, v in p.items() if a in cfg.actions}
+    return choose(name, p, {a: tokens[a] for a in p}, e.budget, cfg).action, p
+
+
 def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Example], cfg: UtilityConfig,
              rounds: int = 1000, seed: int = 0, pick: Callable[[Example], str] | None = None) -> PolicyEval:
     """DR value (with interval), success, tokens, ECE, AUROC and abstain precision/recall on ``examples``.
@@ -161,9 +169,8 @@ def evaluate(name: str, estimate: Estimator, q: Estimator, examples: list[Exampl
     unanswerable: dict[str, bool] = {}
     lam = cfg.lam
     for e in examples:
-        p, tokens = estimate(e)
-        p = {a: v for a, v in p.items() if a in cfg.actions}
-        action = pick(e) if pick else choose(name, p, {a: tokens[a] for a in p}, e.budget, cfg).action
+        action, p = greedy(name, estimate, e, cfg)
+        action = pick(e) if pick else action
         chosen[action] = chosen.get(action, 0) + 1
         abstained[e.question] = action == "abstain"
         unanswerable[e.question] = not e.answerable

@@ -137,7 +137,7 @@ def judge_observed(settings: Settings, fingerprint: registry.Fingerprint, watche
     # a look needs enough questions for its interval to mean anything (compare's MIN_HELD_QUESTIONS), and a later
     # one twice the questions of the last (10, 20, 40, 80): a look spends confidence (look_alpha), so none is spent
     # on little more than was already seen
-    want = max(min_observed, MIN_HELD_QUESTIONS) if not looks else 2 * last
+    want = MIN_HELD_QUESTIONS if not looks else 2 * last
     if len(rows) < min_observed or questions < want:
         return TrafficReport("observing", watched.version, len(examples), observed=len(rows), look=looks,
                              questions=questions,

@@ -198,8 +198,7 @@ def _observe(candidate, trained_on, after, settings, lam: float) -> dict | None:
     from dataclasses import replace
 
     from agentrt.router import registry
-    from agentrt.router.decision import choose
-    from agentrt.train.router_eval import config, deciding_estimator
+    from agentrt.train.router_eval import config, deciding_estimator, greedy
     from agentrt.train.traffic import judge_observed
 
     after = [e for e in after if e.logged]
@@ -212,9 +211,7 @@ def _observe(candidate, trained_on, after, settings, lam: float) -> dict | None:
                                                           "since": 0, "incumbent": "shipped"})
         shadowed = []
         for e in after:
-            p, t = estimate(e)
-            p = {a: v for a, v in p.items() if a in cfg.actions}
-            pick = choose("learned", p, {a: t[a] for a in p}, e.budget, cfg).action
+            pick, p = greedy("learned", estimate, e, cfg)
             shadowed.append(replace(e, shadow={"router_version": entry.version, "action": pick, "p_success": p}))
         report = None
         for m in range(1, len(shadowed) + 1):

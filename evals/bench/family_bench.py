@@ -59,8 +59,7 @@ def _ece(pairs: list[tuple[float, float]]) -> tuple[float | None, float | None]:
 
 def score(name, model, runs, actions, settings, lam):
     """A router as the runtime runs it, on ``runs``: its PolicyEval, the ECE rows and its choice per run."""
-    from agentrt.router.decision import choose
-    from agentrt.train.router_eval import config, deciding_estimator, evaluate, model_estimator
+    from agentrt.train.router_eval import config, deciding_estimator, evaluate, greedy, model_estimator
 
     from agentrt.router.evidence import MIN_EVIDENCE
 
@@ -76,11 +75,7 @@ def score(name, model, runs, actions, settings, lam):
 
     pairs = [(estimate(e)[0].get(e.action), e.success, evidenced(e), e.action == "abstain") for e in runs]
     pairs = [(p, y, c, a) for p, y, c, a in pairs if p is not None]
-    picks = {}
-    for e in runs:
-        p, t = estimate(e)
-        p = {a: v for a, v in p.items() if a in actions}
-        picks[id(e)] = choose(name, p, {a: t[a] for a in p}, e.budget, cfg).action
+    picks = {id(e): greedy(name, estimate, e, cfg)[0] for e in runs}
     # the abstain estimate (is this question unanswerable here?) apart from the others (does this action answer
     # it?): a family's share of unanswerable questions is a property of its corpus, which no feature carries
     return {"eval": result, "ece": _ece([(p, y) for p, y, *_ in pairs]),
