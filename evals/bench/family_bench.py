@@ -7,8 +7,10 @@ No model runs: it reads explorations' trajectories (each run's suite is in its t
 family (``evals.devsets.FAMILIES``) found there:
 
 1. **Zero-shot**: a router trained as `agentrt learn` trains one (kernel evidence sample included) on every run
-   *not* of the family decides the family's runs as the runtime does (its estimate where the action it would
-   take has evidence, else the rules: ``router_eval.deciding_estimator``), scored off-policy (doubly robust, 95%
+   neither of the family nor over its corpus (``left_in``: a user's own documents have no runs at all; with
+   ``--keep-corpus-runs`` other suites' runs over the family's corpus stay in, the definition before) decides
+   the family's runs as the runtime does (its estimate where the action it would take has evidence, else the
+   fallback: ``router_eval.deciding_estimator``), scored off-policy (doubly robust, 95%
    bootstrap by question): value, success, tokens; ECE over all decisions and over those marked ``calibrated``
    (each with its noise floor; a run counts as calibrated when the estimate it is scored against has evidence,
    the state a decision for its action would carry: for abstain, runs over the same corpus), and over the abstain
@@ -84,6 +86,18 @@ def score(name, model, runs, actions, settings, lam):
             "ece_answering": _ece([(p, y) for p, y, _, a in pairs if not a]),
             "calibrated_share": sum(c for _, _, c, _ in pairs) / max(1, len(pairs)),
             "decided_calibrated": sum(calibrated(e) for e in runs) / max(1, len(runs)), "picks": picks}
+
+
+def left_in(examples, family: str, keep_corpus_runs: bool = False):
+    """The runs a router that never saw ``family`` is trained on: every run of another suite and over another
+    corpus. A family is its documents as much as its questions: the runs of other suites asked over the family's
+    corpus (B2: easy, arithmetic, unanswerable ... with hotpotqa-index's corpus attached) are evidence about those
+    documents that a user's new corpus never has (the abstain estimate is corpus-bound), so they leave with it.
+    ``keep_corpus_runs``: only the family's own suite leaves (the definition before 2026-12-04, late)."""
+    from agentrt.router.evidence import UNKNOWN_CORPUS
+
+    corpora = set() if keep_corpus_runs else {e.corpus for e in examples if suite_of(e) == family} - {"", UNKNOWN_CORPUS}
+    return [e for e in examples if suite_of(e) != family and e.corpus not in corpora]
 
 
 def fixed_rows(runs, actions, q, lam):
@@ -166,6 +180,8 @@ def main() -> None:
     ap.add_argument("--n", nargs="+", type=int, default=[25, 50, 100], help="learn on the first N of them")
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
     ap.add_argument("--gate", choices=("crossfit", "holdout"), default="crossfit", help="learn_round's gate")
+    ap.add_argument("--keep-corpus-runs", action="store_true", help="leave out the family's own suite only, keeping "
+                    "other suites' runs over its corpus in training (the definition before 2026-12-04, late)")
     ap.add_argument("--evidence", choices=("numeric", "all"), help="the evidence kernel's inputs (default: the "
                     "trainer's): the numeric features only, or the hashed words too")
     ap.add_argument("--abstain-floor", type=float, help="the learned router's abstain floor (default: the "
@@ -199,7 +215,7 @@ def main() -> None:
     f3 = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for family in families:
         fam = [e for e in examples if suite_of(e) == family]
-        zero = train_router([], lam=args.lam, examples=[e for e in examples if suite_of(e) != family])
+        zero = train_router([], lam=args.lam, examples=left_in(examples, family, args.keep_corpus_runs))
         zero.provenance = {"policy": fingerprint.to_dict(), "suites": [s for s in found if s != family]}
         z = score("zero-shot", zero, fam, actions, settings, args.lam)
         fixed = fixed_rows(fam, actions, model_estimator(zero), args.lam)
