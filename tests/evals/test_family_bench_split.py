@@ -3,26 +3,15 @@ run over its corpus (issue 39: the abstain estimate is corpus-bound, and a user'
 
 from __future__ import annotations
 
-import importlib
-import os
 from types import SimpleNamespace
-
-
-def _bench():
-    saved = dict(os.environ)
-    try:
-        return importlib.import_module("evals.bench.family_bench")
-    finally:  # the bench sets thread defaults for itself on import: keep them out of this process
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def _run(suite: str, corpus: str, i: int = 0):
     return SimpleNamespace(key=f"explore|{suite}|{suite}-{i}|0", corpus=corpus)
 
 
-def test_leaving_a_family_out_takes_every_run_over_its_corpus_with_it():
-    bench = _bench()
+def test_leaving_a_family_out_takes_every_run_over_its_corpus_with_it(import_bench):
+    bench = import_bench("family_bench")
     runs = [_run("hotpotqa-index", "hotpotqa-index-corpus-b1c1", i) for i in range(3)] + [
         _run("easy", "hotpotqa-index-corpus-b1c1"),  # B2: a general question asked over the family's documents
         _run("easy", ""),  # the same suite without an index

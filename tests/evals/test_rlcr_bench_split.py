@@ -3,21 +3,9 @@ held-out items never share a question, each kind keeps its share, and a seed giv
 
 from __future__ import annotations
 
-import importlib
-import os
 
-
-def _bench():
-    saved = dict(os.environ)
-    try:
-        return importlib.import_module("evals.bench.rlcr_bench")
-    finally:  # the bench sets thread defaults for itself on import: keep them out of this process
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def test_train_dev_and_held_out_items_are_disjoint_and_mixed():
-    bench = _bench()
+def test_train_dev_and_held_out_items_are_disjoint_and_mixed(import_bench):
+    bench = import_bench("rlcr_bench")
     train, held, dev = bench.split(4, 200, 80, 32)
     questions = [{row["prompt"][-1]["content"] for row in part} for part in (train, held, dev)]
     assert len(held) == 80 and len(dev) == 32 and 150 < len(train) <= 200
