@@ -21,7 +21,8 @@ family (``evals.devsets.FAMILIES``) found there:
    runs `agentrt learn` on, the rest are held out. For each N in ``--n``: ``learn_round`` (what `agentrt learn`
    calls after exploring; its gate judges the candidate against the zero-shot router, the incumbent)
    on the runs of the first N questions (``--gate``: cross-fitted over them, or a 30% slice of them held out);
-   the router in use afterwards (promoted or not) is scored on the held-out questions. A candidate trained on the
+   the router in use afterwards (promoted or not) is scored on the held-out questions, and so is the candidate
+   (what the gate kept out, when it was not promoted). A candidate trained on the
    same runs with their rewards shuffled is judged by the same gate (on the true rewards): it must be refused.
 
 Acceptance (issue 38): zero-shot value >= best fixed - 0.02 per family; after learning on <= 100 items, promoted,
@@ -162,12 +163,14 @@ def adapt(family, fam, zero, settings, fingerprint, args, actions):
             entry = registry.add(Path(home), zero)
             registry.promote(Path(home), entry.version)
             report = learn_round(rows, Incumbent(entry), s, fingerprint, suites=[family], lam=args.lam, gate=args.gate)
-            in_use = RouterModel.load(registry.find(Path(home), report.version).path) if report.promoted else zero
+            candidate = RouterModel.load(registry.find(Path(home), report.version).path)  # registered either way
+        in_use = candidate if report.promoted else zero
         after = score(f"N={n}", in_use, held, actions, settings, args.lam)
+        own = after if report.promoted else score(f"candidate N={n}", candidate, held, actions, settings, args.lam)
         # the deliberately worse candidate: fit with its rewards shuffled, judged on the true rewards by the same gate
         verdict = shuffled_verdict(rows, zero, settings, args.lam, args.gate)
         out.append({"n": n, "runs": len(rows), "promoted": report.promoted, "verdict": report.verdict.lines()
-                    + report.verdict.reasons, "after": after, "shuffled_refused": not verdict.promote,
+                    + report.verdict.reasons, "after": after, "candidate": own, "shuffled_refused": not verdict.promote,
                     "shuffled_reasons": verdict.reasons})
     return held, out
 
@@ -246,6 +249,8 @@ def main() -> None:
                                f"{f3(a['ece_calibrated'][0])} {a['calibrated_share']:.0%}",
                                f"{f3(a['ece_abstain'][0])} / {f3(a['ece_answering'][0])}",
                                f"{a['eval'].tokens:.0f}",
+                               "-" if r.get("candidate") is None else f"{r['candidate']['eval'].value:+.3f}, "
+                               f"{f3(r['candidate']['ece'][0])}",
                                "-" if r["shuffled_refused"] is None else ("refused" if r["shuffled_refused"] else "PROMOTED"),
                                " ".join(f"{k}:{v}" for k, v in sorted(a["eval"].actions.items()))])
             record.append({"family": family, "n": r["n"], "promoted": r["promoted"], "value": a["eval"].value,
@@ -254,6 +259,9 @@ def main() -> None:
                            "calibrated_share": a["calibrated_share"], "tokens": a["eval"].tokens,
                            "best_fixed": None if hbest is None else [hbest.name, hbest.value],
                            "shuffled_refused": r["shuffled_refused"], "verdict": r.get("verdict"),
+                           "candidate": None if r.get("candidate") is None else {
+                               "value": r["candidate"]["eval"].value, "interval": r["candidate"]["eval"].interval,
+                               "ece": r["candidate"]["ece"], "ece_calibrated": r["candidate"]["ece_calibrated"]},
                            "shuffled_reasons": r.get("shuffled_reasons")})
         record.append({"family": family, "zero_shot": {"value": ev.value, "interval": ev.interval, "ece": z["ece"],
                                                        "ece_calibrated": z["ece_calibrated"],
@@ -270,7 +278,8 @@ def main() -> None:
     show(table("after `agentrt learn` on the family's first N questions (learn_round, incumbent = the zero-shot router); "
                "scored on the family's held-out questions",
                ["family", "N", "held-out questions", "gate", "value [95%]", "best fixed", "ECE all (floor)",
-                "ECE calibrated, share", "ECE abstain / others", "tokens", "shuffled-reward candidate", "actions"],
+                "ECE calibrated, share", "ECE abstain / others", "tokens", "the candidate: value, ECE all",
+                "shuffled-reward candidate", "actions"],
                adapt_rows), width=260)
 
 
