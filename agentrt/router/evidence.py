@@ -34,6 +34,7 @@ States: ``calibrated`` (ess >= the minimum), ``insufficient_evidence`` (below it
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,37 +239,59 @@ def shrunk(p_success: dict[str, float], sizes: dict[str, float], base_rates: dic
     return out
 
 
-def cue_counts(rows: list[tuple[dict[str, float], str, float]]) -> dict[str, dict[str, list[float]]]:
-    """Per cue (``features.CUES``), per action: [successes, runs] over the training runs ``rows`` ((features,
-    action, success)) with the cue set; cues no run had are left out. Out of evidence, the fallback's prior for an
-    action is its rate on the runs of the question's rarest cue (``cue_prior``): "Who will win the lottery
-    tomorrow?" is unlike every training question by its words, but abstaining was right on 25 of the 26
-    `unknowable` training runs."""
+# Whether a question is asked over an index is part of its kind for the fallback's prior: an action's rate on runs
+# without one (reason on arithmetic) says nothing of a question about documents (measured: the overall rates sent
+# document questions with no cue to `reason`, right on none of them there, over `read`)
+OVER_INDEX, NO_INDEX = "over_index", "no_index"
+
+
+def index_stratum(features: dict[str, Any]) -> str:
+    """``OVER_INDEX`` when the question's index features were read from an index, else ``NO_INDEX``."""
+    return OVER_INDEX if features.get("has_index") else NO_INDEX
+
+
+def cue_counts(rows: list[tuple[dict[str, float], str, float]],
+               keys: Callable[[dict[str, float]], list[str]] | None = None) -> dict[str, dict[str, list[float]]]:
+    """Per cue (``features.CUES``; or per key ``keys(features)`` names, e.g. ``index_stratum``), per action:
+    [successes, runs] over the training runs ``rows`` ((features, action, success)) with the cue set; cues no run
+    had are left out. Out of evidence, the fallback's prior for an action is its rate on the runs of the
+    question's rarest cue (``cue_prior``): "Who will win the lottery tomorrow?" is unlike every training question
+    by its words, but abstaining was right on 25 of the 26 `unknowable` training runs."""
+    keys = keys or (lambda features: [cue for cue in CUES if features.get(cue)])
     out: dict[str, dict[str, list[float]]] = {}
     for features, action, success in rows:
-        for cue in CUES:
-            if features.get(cue):
-                cell = out.setdefault(cue, {}).setdefault(action, [0.0, 0.0])
-                cell[0] += success
-                cell[1] += 1
+        for key in keys(features):
+            cell = out.setdefault(key, {}).setdefault(action, [0.0, 0.0])
+            cell[0] += success
+            cell[1] += 1
     return {c: {a: [round(s, 4), n] for a, (s, n) in cells.items()} for c, cells in out.items()}
 
 
-def cue_prior(features: dict[str, float], counts: dict[str, dict[str, list[float]]], base_rates: dict[str, float],
-              minimum: float) -> tuple[dict[str, float], str]:
-    """Per action, the prior the fallback shrinks toward, and the cue it came from ("" for none): the success
-    rate of the training runs sharing the question's rarest cue (the one fewest runs had), itself shrunk toward
-    the action's overall rate by its run count, ``(s + k * base) / (n + k)`` with ``k = minimum``. A question
-    without a cue the training runs had gets the overall rates."""
-    held = [c for c in counts if features.get(c)]
-    if not held:
-        return dict(base_rates), ""
-    cue = min(held, key=lambda c: sum(n for _, n in counts[c].values()))
+def _toward(counts: dict[str, list[float]], base: dict[str, float], minimum: float) -> dict[str, float]:
+    """Per action, the rate ``counts`` ([successes, runs]) shrunk toward ``base`` by its run count."""
     out = {}
-    for a, base in base_rates.items():
-        s, n = counts[cue].get(a, (0.0, 0.0))
-        out[a] = (s + minimum * base) / (n + minimum)
-    return out, cue
+    for a, b in base.items():
+        s, n = counts.get(a, (0.0, 0.0))
+        out[a] = (s + minimum * b) / (n + minimum)
+    return out
+
+
+def cue_prior(features: dict[str, float], counts: dict[str, dict[str, list[float]]], base_rates: dict[str, float],
+              minimum: float, strata: dict[str, dict[str, list[float]]] | None = None) -> tuple[dict[str, float], str]:
+    """Per action, the prior the fallback shrinks toward, and what it came from: the success rate of the training
+    runs sharing the question's rarest cue (the one fewest runs had; its name), itself shrunk toward the rate of
+    the runs asked, as this question is, over an index or without one (``strata``: ``index_stratum`` counts; the
+    stratum's name when the question has no cue), itself shrunk toward the overall rate, each by its run count,
+    ``(s + k * base) / (n + k)`` with ``k = minimum``. Without strata (a file written before them) the cue shrinks
+    toward the overall rates, and a question without a cue gets them ("")."""
+    stratum = index_stratum(features)
+    layer = (strata or {}).get(stratum)
+    base = _toward(layer, base_rates, minimum) if layer else dict(base_rates)
+    held = [c for c in CUES if c in counts and features.get(c)]
+    if not held:
+        return base, stratum if layer else ""
+    cue = min(held, key=lambda c: sum(n for _, n in counts[c].values()))
+    return _toward(counts[cue], base, minimum), cue
 
 
 def states(sizes: dict[str, float], minimum: float) -> dict[str, str]:

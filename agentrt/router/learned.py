@@ -19,7 +19,7 @@ from agentrt.core.errors import ConfigError
 from agentrt.core.files import MiB, read_text_capped
 from agentrt.router import evidence as ev
 from agentrt.router.decision import RouteDecision, UtilityConfig, choose
-from agentrt.router.features import HASH_DIM, NUMERIC_FEATURES, vectorize
+from agentrt.router.features import CUES, HASH_DIM, NUMERIC_FEATURES, vectorize
 
 FORMAT = "agentrt-router"
 MAX_BYTES = 4 * MiB  # a router file is ~40 KB; a bigger one is not a router file (or is hostile)
@@ -80,12 +80,13 @@ class RouterModel:
         return {a: float(v) for a, v in rates.items() if a in self.actions}
 
     def prior(self, x: list[float], minimum: float = ev.MIN_EVIDENCE) -> tuple[dict[str, float], str]:
-        """What the router claims for input ``x`` out of evidence, per action, and the cue it rests on: the
-        action's rate on the training runs sharing the question's rarest cue (``evidence.cue_prior``); a file
-        written before cue rates: the action's overall training rate."""
+        """What the router claims for input ``x`` out of evidence, per action, and what it rests on: the
+        action's rate on the training runs sharing the question's rarest cue, shrunk toward its rate on the runs
+        asked over an index or without one as this question is (``evidence.cue_prior``); a file written before
+        cue rates: the action's overall training rate."""
         counts = (self.metrics or {}).get("cue_rates") or {}
         features = dict(zip(NUMERIC_FEATURES, x))
-        return ev.cue_prior(features, counts, self.base_rates, minimum)
+        return ev.cue_prior(features, counts, self.base_rates, minimum, (self.metrics or {}).get("index_rates"))
 
     def logits(self, x: list[float]) -> dict[str, float]:
         """Uncalibrated success logits per action for one input vector."""
@@ -267,7 +268,8 @@ class LearnedRouter:
         if base:
             q = ev.shrunk(p, shared, base, minimum)
             fb = choose(self.name, q, tokens, budget, self.cfg, features=features)
-            where = f"rate on the '{cue}' training runs" if cue else "training rate"
+            where = (f"rate on the '{cue}' training runs" if cue in CUES else "training rate"
+                     + {ev.OVER_INDEX: " over an index", ev.NO_INDEX: " without an index"}.get(cue, ""))
             then = f"; {fb.action}'s {base.get(fb.action, 0.0):.2f}" if fb.action != d.action else ""
             fb.reason += (f" (only {shared.get(d.action, 0.0):.1f} training runs resemble this question for "
                           f"'{d.action}' (< {minimum:g}, {method}): its estimate p_success "

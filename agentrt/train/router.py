@@ -276,9 +276,11 @@ def train_router(paths: list[str | Path], *, lam: float = 0.3, folds: int = 5, s
     start = _prior_rates(examples, actions, prior)
     base_rates = {a: round((sum(e.success for e in examples if e.action == a) + PRIOR_RUNS * start[a])
                            / (runs[a] + PRIOR_RUNS), 4) for a in actions}
-    cue_rates = evidence.cue_counts([(dict(zip(NUMERIC_FEATURES, e.x)), e.action, e.success) for e in examples])
+    rows = [(dict(zip(NUMERIC_FEATURES, e.x)), e.action, e.success) for e in examples]
+    cue_rates = evidence.cue_counts(rows)
+    index_rates = evidence.cue_counts(rows, keys=lambda features: [evidence.index_stratum(features)])
     model.metrics = {**report(preds, examples, lam), "examples": len(examples), "questions": len(questions),
-                     "base_rates": base_rates, "cue_rates": cue_rates,
+                     "base_rates": base_rates, "cue_rates": cue_rates, "index_rates": index_rates,
                      "folds": k, "prior": {a: round(v, 4) for a, v in start.items()}, "actions": actions, "l2": pick, "temperature": temperature,
                      "warnings": data_warnings(examples),
                      "by_evidence": by_evidence(preds, examples, [support[i] for i in range(len(examples))])}

@@ -294,3 +294,41 @@ def test_serve_exploration_and_learn_traffic_refuse_bad_input_in_one_line(capsys
     assert main(["learn", "--traffic"]) == 2  # a fresh home: nothing served yet
     err = capsys.readouterr().err
     assert "no traffic in" in err and err.count("\n") == 1
+
+
+def test_out_of_evidence_a_question_over_an_index_gets_the_rates_of_runs_over_an_index(tmp_path):
+    """Without a cue, the fallback's prior is the rate of the training runs asked as this question is, over an
+    index or without one: over documents `read` was right and `reason` never; without an index the reverse. The
+    overall rates (0.5 each) would pick the cheaper `reason` for a document question."""
+    index = {"has_index": 1.0, "coverage": 0.9, "index_bm25": 8.0, "index_vector": 0.7}
+    writer = TrajectoryWriter(tmp_path / "runs")
+    for i in range(30):
+        for over_index in (True, False):
+            q = f"Tell me about {'the filing' if over_index else 'the weather'} number {i}."
+            for action, tokens in (("read", 600), ("reason", 300)):
+                ok = (action == "read") == over_index
+                step = {"kind": "route_decision", "route": action, "propensity": 0.5,
+                        "probabilities": {"read": 0.5, "reason": 0.5},
+                        "features": dict(index) if over_index else {}, "corpus": "filings-1a2b" if over_index else ""}
+                writer.append(TrajectoryRecord(
+                    run_id=new_run_id(), created_at=time.time(), question=q, route=action, steps=[step], answer="a",
+                    budget={"total": 1000, "spent": tokens}, usage={"total_tokens": tokens}, timings={}, status="ok",
+                    task=TaskInfo(ability="qa"), reward=float(ok),
+                    rewards={"eval": RewardBreakdown(score=float(ok), correct=ok)}))
+    fp = registry.policy_fingerprint(ScriptedBackend(["x"]))
+    model = _for(train_router([tmp_path / "runs"], folds=2), fp.id)
+    assert model.metrics["index_rates"] == {"over_index": {"read": [30.0, 30], "reason": [0.0, 30]},
+                                            "no_index": {"read": [0.0, 30], "reason": [30.0, 30]}}
+    q = ("Which of the two harbour authorities mentioned in last winter's quarterly paperwork renewed its lease "
+         "agreement first?")
+    router = LearnedRouter(model, Settings(corpus="filings-1a2b"), policy=fp)
+    over = asyncio.run(router.decide(q, extract(q, index=lambda _: dict(index)), 1000))
+    assert over.state == "insufficient_evidence" and over.fallback == "prior"
+    assert over.action == "read" and over.p_success["read"] > 0.8 > 0.2 > over.p_success["reason"]
+    assert "training rate over an index" in over.reason
+    bare = asyncio.run(router.decide(q, extract(q), 1000))
+    assert bare.fallback == "prior" and bare.action == "reason" and "training rate without an index" in bare.reason
+    # a file without index rates (written before them) shrinks toward the overall rates, as it did
+    del model.metrics["index_rates"]
+    before = asyncio.run(router.decide(q, extract(q, index=lambda _: dict(index)), 1000))
+    assert before.fallback == "prior" and abs(before.p_success["read"] - 0.5) < 0.1 and before.action == "reason"
