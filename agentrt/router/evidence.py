@@ -294,6 +294,13 @@ def cue_prior(features: dict[str, float], counts: dict[str, dict[str, list[float
     return _toward(counts[cue], base, minimum), cue
 
 
+def prior_source(label: str) -> str:
+    """What a prior rests on (``cue_prior``'s label), as a decision's reason says it."""
+    if label in CUES:
+        return f"rate on the '{label}' training runs"
+    return "training rate" + {OVER_INDEX: " over an index", NO_INDEX: " without an index"}.get(label, "")
+
+
 def states(sizes: dict[str, float], minimum: float) -> dict[str, str]:
     """The state per action: calibrated when its ess reaches ``minimum``."""
     return {a: CALIBRATED if n >= minimum else INSUFFICIENT for a, n in sizes.items()}

@@ -19,7 +19,7 @@ from agentrt.core.errors import ConfigError
 from agentrt.core.files import MiB, read_text_capped
 from agentrt.router import evidence as ev
 from agentrt.router.decision import RouteDecision, UtilityConfig, choose
-from agentrt.router.features import CUES, HASH_DIM, NUMERIC_FEATURES, vectorize
+from agentrt.router.features import HASH_DIM, NUMERIC_FEATURES, vectorize
 
 FORMAT = "agentrt-router"
 MAX_BYTES = 4 * MiB  # a router file is ~40 KB; a bigger one is not a router file (or is hostile)
@@ -268,8 +268,7 @@ class LearnedRouter:
         if base:
             q = ev.shrunk(p, shared, base, minimum)
             fb = choose(self.name, q, tokens, budget, self.cfg, features=features)
-            where = (f"rate on the '{cue}' training runs" if cue in CUES else "training rate"
-                     + {ev.OVER_INDEX: " over an index", ev.NO_INDEX: " without an index"}.get(cue, ""))
+            where = ev.prior_source(cue)
             then = f"; {fb.action}'s {base.get(fb.action, 0.0):.2f}" if fb.action != d.action else ""
             fb.reason += (f" (only {shared.get(d.action, 0.0):.1f} training runs resemble this question for "
                           f"'{d.action}' (< {minimum:g}, {method}): its estimate p_success "
