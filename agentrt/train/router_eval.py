@@ -300,6 +300,15 @@ def compare(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example
                    None if noise is None else noise[1], alpha)
 
 
+def undecided(verdict: Verdict) -> bool:
+    """A candidate better on average that its interval could not show better, with nothing else against it: a
+    refusal for too few questions rather than on merit, which more questions may settle (the paired interval's
+    width is mostly between-question: three runs of each of 100 questions instead of one narrowed it on
+    hotpotqa-index, +-0.16 -> +-0.10, and not on hotpotqa-heldout, +-0.10 -> +-0.11; docs/routing.md)."""
+    return (not verdict.promote and verdict.difference > 0 and bool(verdict.reasons)
+            and all(r.startswith("its value is not better by the interval") for r in verdict.reasons))
+
+
 def level(alpha: float) -> str:
     """An interval's confidence level as printed: "95%", "98.5%"."""
     return f"{round(100 * (1 - alpha), 2):g}%"

@@ -269,6 +269,7 @@ def main() -> None:
                                                        "ece_answering": z["ece_answering"],
                                                        "calibrated_share": z["calibrated_share"], "wins": w,
                                                        "best_fixed": [best.name, best.value], "actions": ev.actions}})
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=1, default=str))
     show(table(f"zero-shot on a family left out of training ({len(examples)} runs; value = DR estimate of score - "
                f"{args.lam}*tokens/budget [95%]; ECE (its noise floor))",

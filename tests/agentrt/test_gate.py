@@ -195,3 +195,28 @@ def test_the_crossfit_gate_promotes_a_clear_win_the_holdout_slice_is_too_noisy_t
 
     bad = judge(runs, shuffled_fit, model_estimator(fit(runs)), Settings(), rounds=300)
     assert not bad.verdict.promote and any("value is not better" in r for r in bad.verdict.reasons)
+
+
+def test_a_candidate_better_on_average_but_not_by_the_interval_is_undecided_not_refused_on_merit():
+    """What `agentrt learn` tells a user whose candidate the interval could not decide: more runs would tell.
+    Not said of a candidate worse on average, nor of one refused for anything besides its interval."""
+    from agentrt.train.router_eval import undecided
+
+    outcomes = [1.0 if i % 10 < 3 else 0.0 for i in range(40)]
+    held = _held(outcomes)
+    inc = _policy("incumbent", 0.30, outcomes, 0.10)
+    noisy = _policy("candidate", 0.30, outcomes, 0.15)
+    noisy.terms = [t + (0.9 if i % 2 else -0.8) for i, t in enumerate(inc.terms)]  # +0.05 on average, +-0.85 each
+    v = compare(noisy, inc, held, rounds=500)
+    assert not v.promote and v.difference > 0 and v.interval[0] <= 0 < v.interval[1]
+    assert undecided(v)
+    worse = _policy("candidate", 0.30, outcomes, 0.15)
+    worse.terms = [t + (0.8 if i % 2 else -0.9) for i, t in enumerate(inc.terms)]  # -0.05 on average
+    assert not undecided(compare(worse, inc, held, rounds=500))
+    clear = compare(_policy("candidate", 0.30, outcomes, 0.60), inc, held, rounds=500)
+    assert clear.promote and not undecided(clear)
+    # better on average, but its calibration clearly regressed: refused on merit
+    miscalibrated = _policy("candidate", 0.85, outcomes, 0.15)
+    miscalibrated.terms = noisy.terms
+    v = compare(miscalibrated, inc, held, rounds=500)
+    assert not v.promote and v.difference > 0 and not undecided(v)

@@ -280,6 +280,8 @@ def _print(report: Any, incumbent: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from agentrt.train.router_eval import undecided
+
     for line in report.warnings:
         print(f"agentrt: warning: {line}", file=sys.stderr)
     r = report.runs
@@ -312,3 +314,7 @@ def _print(report: Any, incumbent: str) -> None:
         print(f"kept {incumbent}: {report.version} would be promoted, but --no-promote was given")
     else:
         print(f"kept {incumbent}; {report.version} not promoted: " + "; ".join(v.reasons))
+        if undecided(v):
+            print(f"undecided, not worse: {report.version} is better by {v.difference:+.3f} on average, which "
+                  f"{r['heldout_questions']} questions cannot tell from noise: rerun learn on more items (--limit, the "
+                  "same --out: the runs done are kept; the interval narrows about as 1/sqrt(questions))")
