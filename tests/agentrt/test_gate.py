@@ -220,3 +220,32 @@ def test_a_candidate_better_on_average_but_not_by_the_interval_is_undecided_not_
     miscalibrated.terms = noisy.terms
     v = compare(miscalibrated, inc, held, rounds=500)
     assert not v.promote and v.difference > 0 and not undecided(v)
+
+
+def test_learn_tells_the_user_what_settles_an_undecided_candidate(capsys):
+    """The CLI's verdict lines: an undecided candidate gets the way forward (more items, or promote it by hand
+    and how to undo that); a candidate refused on merit does not."""
+    from agentrt.app.commands.learn import _print
+    from agentrt.train.learn import RoundReport
+
+    outcomes = [1.0 if i % 10 < 3 else 0.0 for i in range(40)]
+    held = _held(outcomes)
+    inc = _policy("incumbent", 0.30, outcomes, 0.10)
+    cand = _policy("candidate", 0.30, outcomes, 0.15)
+    cand.terms = [t + (0.9 if i % 2 else -0.8) for i, t in enumerate(inc.terms)]
+    runs = {"total": 40, "train": 40, "heldout": 40, "questions": 40, "heldout_questions": 40, "gate": "crossfit",
+            "folds": 5}
+
+    def printed(candidate: PolicyEval) -> str:
+        verdict = compare(candidate, inc, held, rounds=500)
+        _print(RoundReport(candidate, inc, {}, verdict, 0.2, runs, version="r002"), "r001")
+        return capsys.readouterr().out
+
+    out = printed(cand)
+    assert "kept r001; r002 not promoted" in out
+    assert "undecided, not worse: r002 is better by +0.050" in out and "40 questions" in out
+    assert "more items (--limit" in out and "agentrt router promote r002" in out and "agentrt router rollback" in out
+    worse = _policy("candidate", 0.30, outcomes, 0.15)
+    worse.terms = [t + (0.8 if i % 2 else -0.9) for i, t in enumerate(inc.terms)]
+    out = printed(worse)
+    assert "not promoted" in out and "undecided" not in out and "router promote" not in out

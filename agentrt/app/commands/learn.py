@@ -317,4 +317,5 @@ def _print(report: Any, incumbent: str) -> None:
         if undecided(v):
             print(f"undecided, not worse: {report.version} is better by {v.difference:+.3f} on average, which "
                   f"{r['heldout_questions']} questions cannot tell from noise: rerun learn on more items (--limit, the "
-                  "same --out: the runs done are kept; the interval narrows about as 1/sqrt(questions))")
+                  "same --out: the runs done are kept; the interval narrows about as 1/sqrt(questions)), or take it on "
+                  f"your judgement: agentrt router promote {report.version} (undo: agentrt router rollback)")
