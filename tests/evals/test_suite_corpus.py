@@ -109,3 +109,26 @@ def test_agentrt_eval_on_fixed_plan_with_the_embedded_model_has_no_errored_run(t
     searches = searched(agentrt_home / "trajectories")
     assert searches and {store for store, _ in searches} == {f"corpus:{name}"}
     assert all(ids for _, ids in searches)  # every search found passages of the suite's corpus
+
+
+def test_agentrt_eval_without_routers_compares_what_users_get_with_the_baselines(tmp_path, agentrt_home, capsys):
+    """No --router: the default router (auto: what a user's runs get) beside rules, direct and reason, and over
+    a corpus the read route too, each with its rows in the report; a suite without a corpus has no read row."""
+    from agentrt.app.cli import main
+
+    suite, _ = write_suite(tmp_path / "suite")
+    code = main(["eval", "--suite", str(suite), "--limit", "1", "--policy", "scripted:Maren Holt", "--budget", "1500",
+                 "--out", str(tmp_path / "o"), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    rows = {line.split()[0] for line in capsys.readouterr().out.splitlines() if " accuracy " in line}
+    assert rows == {"auto", "rules", "fixed:direct", "fixed:reason", "fixed:read", "oracle"}, rows
+    records = [json.loads(line) for line in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
+    assert {r["router"] for r in records} == {"auto", "rules", "fixed:direct", "fixed:reason", "fixed:read"}
+    read = next(r for r in records if r["router"] == "fixed:read")
+    assert read["route"] == "read" and read["status"] == "ok" and read["correct"], read
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"id": "p", "question": "What is 2 + 2?", "answer": "4", "type": "math"}) + "\n")
+    code = main(["eval", "--suite", str(plain), "--policy", "scripted:4", "--out", str(tmp_path / "p"), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    rows = {line.split()[0] for line in capsys.readouterr().out.splitlines() if " accuracy " in line}
+    assert rows == {"auto", "rules", "fixed:direct", "fixed:reason", "oracle"}, rows

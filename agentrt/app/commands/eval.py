@@ -3,7 +3,9 @@
     agentrt eval --suite gsm8k --router fixed:direct --router fixed:reason --router rules \\
         --budget 512 --limit 40 --workers 4 --out runs/gsm8k
 
-Resumable: run the same command again after a kill and it continues where it stopped.
+Without ``--router``: ``auto`` (what a user's runs get), ``rules``, ``fixed:direct``, ``fixed:reason``, and
+``fixed:read`` when the suite names a corpus or ``--corpus`` is given. Resumable: run the same command again after
+a kill and it continues where it stopped.
 """
 
 from __future__ import annotations
@@ -12,11 +14,18 @@ import argparse
 import sys
 
 
+# What a user's runs get first (auto: the promoted or shipped router), then what it is judged against
+DEFAULT_ROUTERS = ("auto", "rules", "fixed:direct", "fixed:reason")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate routing policies on a suite (gsm8k, math500, ifeval, simpleqa, "
                                     "humaneval, hotpotqa, hotpotqa-multiturn, or a .jsonl file)")
     p.add_argument("--suite", action="append", required=True, help="built-in suite name or FILE.jsonl (repeatable)")
-    p.add_argument("--router", action="append", help="fixed:direct | fixed:reason | rules (repeatable; default: all three)")
+    p.add_argument("--router", action="append",
+                   help="auto | rules | self | cascade | learned:PATH | fixed:ROUTE (repeatable; default: "
+                        f"{', '.join(DEFAULT_ROUTERS)}, and fixed:read when the suite names a corpus or --corpus is "
+                        "given)")
     p.add_argument("--budget", type=int, default=1024, help="token budget per run (default 1024)")
     p.add_argument("--limit", type=int, help="first K items of each suite")
     p.add_argument("--samples", type=int, default=1, help="runs per item and router, for pass@k (default 1)")
@@ -45,7 +54,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # The eval harness sits above the runtime: imported here, lazily, and only by this command.
     from evals.runner import EvalConfig, evaluate, resolve_temperature, runtime_specs, suite_corpus, validate
 
-    config = EvalConfig(suites=args.suite, routers=args.router or ["fixed:direct", "fixed:reason", "rules"],
+    config = EvalConfig(suites=args.suite, routers=args.router or list(DEFAULT_ROUTERS),
                         budget=args.budget, limit=args.limit, samples=args.samples, workers=args.workers,
                         seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples),
                         tools=args.tools, out=args.out)
@@ -56,6 +65,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # The plan route searches --corpus, else the suite's corpus file (indexed here, once), else the setting.
     own = suite_corpus([item for s in suites for item in s.items[:args.limit]])
     corpus = args.corpus or (own if own and settings.corpus == "default" else None)
+    if not args.router and corpus:  # over an index the cheap document route is a baseline too (and the oracle's)
+        config.routers.append("fixed:read")
+        routers, suites = validate(config)
     preflight(settings, budget=args.budget, routers=runtime_specs(routers), corpus=corpus)
     agent = Agent(settings)
     config.policy = agent.settings.policy
