@@ -4,12 +4,13 @@
         [--routes read,direct,reason,plan] [--plan-limit 10] [--budget 1500] [--pool 200]
         [--cache read_bench.jsonl] [--workdir DIR]
 
-* A family (``evals.devsets.FAMILIES``) is a corpus and its questions: its corpus file is indexed once
-  (Chroma + BM25) into a collection of its own under ``--workdir``; the first ``--limit`` items are asked
-  (answerable and unanswerable-from-the-index alternate in squad and hotpotqa-index; docs takes every
-  answerable item in turn with one unanswerable after each three). ``hotpotqa``: the first ``--limit``
-  HotpotQA dev questions over the pooled paragraphs of the first ``--pool`` (the issue's 66,635-paragraph
-  pool takes ~15 min to embed on 2 cores: ``--pool 7405`` for all of dev).
+* A family (``evals.devsets.FAMILIES``, or a never-seen one of ``HELDOUT``) is a corpus and its questions: its
+  corpus file is indexed once (Chroma + BM25) into a collection of its own under ``--workdir``; the first
+  ``--limit`` items are asked (answerable and unanswerable-from-the-index alternate in squad, hotpotqa-index
+  and the never-seen two; docs takes every answerable item in turn with one unanswerable after each three).
+  ``hotpotqa``: the first ``--limit`` HotpotQA dev questions over the pooled paragraphs of the first
+  ``--pool`` (the issue's 66,635-paragraph pool takes ~15 min to embed on 2 cores: ``--pool 7405`` for all of
+  dev).
 * Each (item, route) runs once through ``Agent.arun(route=...)`` with the family's corpus, budget ``--budget``
   (plan: the first ``--plan-limit`` items only, it costs ~10x). Scored by the harness's verifiers
   (``evals.verifiers.score_item``: qa = the reward's pass; unanswerable = it abstained) and, for answerable
@@ -60,7 +61,7 @@ def hotpot_items(limit: int) -> list:
 def index_family(settings, name: str, pool: int) -> str:
     """Index the family's corpus (once) into the collection ``bench-<name>``; returns the collection."""
     from agentrt.app.corpus import index_path
-    from evals.devsets import FAMILIES
+    from evals.devsets import FAMILIES, HELDOUT
     from evals.suites import DATA_DIR
 
     collection = f"bench-{name}" if name != "hotpotqa" else f"bench-hotpot{pool}"
@@ -75,7 +76,7 @@ def index_family(settings, name: str, pool: int) -> str:
             corpus.invalidate()
         corpus.search("warm up", 1, mode="bm25")  # the BM25 cache the router's index features read
         return collection
-    index_path(settings, DATA_DIR / FAMILIES[name][1], name=collection)
+    index_path(settings, HELDOUT[name][1] if name in HELDOUT else DATA_DIR / FAMILIES[name][1], name=collection)
     return collection
 
 
@@ -140,6 +141,13 @@ def main() -> None:
     args = ap.parse_args()
     families = [f for f in args.families.split(",") if f]
     routes = [r for r in args.routes.split(",") if r]
+    from evals.devsets import FAMILIES, HELDOUT
+
+    known = [*FAMILIES, *HELDOUT, "hotpotqa"]
+    if unknown := [f for f in families if f not in known]:
+        ap.error(f"unknown family {', '.join(unknown)}: choose from {', '.join(known)}")
+    if unknown := [r for r in routes if r not in ROUTES]:
+        ap.error(f"unknown route {', '.join(unknown)}: choose from {', '.join(ROUTES)}")
     console, cache = Console(), Path(args.cache)
     done = {(r["family"], r["id"], r["route"]): r for r in read_jsonl(cache)}
     if not args.report_only:

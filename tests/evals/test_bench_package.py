@@ -46,3 +46,17 @@ def test_docs_show_benches_run_as_modules():
     stale = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in texts for m in script_path.finditer(p.read_text())]
     assert stale == [], f"run benches as `python -m evals.bench.<name>`: {stale}"
     assert "-m evals.bench.batcher" in (ROOT / "Makefile").read_text()
+
+
+def test_a_bench_refuses_an_unknown_family_or_route_in_one_line_before_it_runs(tmp_path):
+    """read_bench on a family or route it has no data for: one line and exit 2, nothing run (a family name it
+    did not know used to end in a KeyError traceback after the model had loaded)."""
+    for flags, said in ((["--families", "squad,nosuch"], "unknown family nosuch: choose from"),
+                        (["--routes", "read,reed"], "unknown route reed: choose from read")):
+        out = subprocess.run([sys.executable, "-m", "evals.bench.read_bench", *flags, "--cache",
+                              str(tmp_path / "c.jsonl"), "--workdir", str(tmp_path / "w")],
+                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert not (tmp_path / "w").exists() and not (tmp_path / "c.jsonl").exists()
+        if flags[0] == "--families":  # the never-seen families are benched too
+            assert "squad-heldout" in out.stderr and "hotpotqa-heldout" in out.stderr
