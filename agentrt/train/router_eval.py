@@ -218,6 +218,7 @@ class Verdict:
     ece_difference: float | None = None
     ece_interval: tuple[float, float] | None = None
     alpha: float = 0.05  # the value interval's level is 1 - alpha
+    ece_regressed: bool = False  # one of the reasons: its ECE regresses beyond its noise
 
     def lines(self) -> list[str]:
         """The verdict as printed: the value interval (which decides) and the ECE difference's (its noise)."""
@@ -286,27 +287,29 @@ def compare(candidate: PolicyEval, incumbent: PolicyEval, examples: list[Example
         reasons.append(f"its value is not better by the interval: difference {mean:+.4f}, {level(alpha)} interval "
                        f"[{lo:+.4f}, {hi:+.4f}] includes 0 or less")
     noise = ece_difference(candidate, incumbent, examples, rounds, seed)
+    regressed = False
     if noise is not None:
         d, (elo, ehi) = noise
-        if d > ece_tolerance and elo > 0:
+        if regressed := d > ece_tolerance and elo > 0:
             reasons.append(f"its ECE regresses beyond its noise: {candidate.ece:.4f} vs the incumbent's "
                            f"{incumbent.ece:.4f}, difference {d:+.4f}, 95% interval [{elo:+.4f}, {ehi:+.4f}] above 0")
     elif candidate.ece is not None and incumbent.ece is not None and candidate.ece > incumbent.ece + ece_tolerance:
+        regressed = True
         reasons.append(f"its ECE regresses: {candidate.ece:.4f} vs the incumbent's {incumbent.ece:.4f}")
     if candidate.ece is None:
         reasons.append("its calibration could not be measured (no held-out run took an action it models)")
     reasons += [f"overoptimization: {f}" for f in flags]
     return Verdict(not reasons, reasons, mean, (lo, hi), flags, None if noise is None else noise[0],
-                   None if noise is None else noise[1], alpha)
+                   None if noise is None else noise[1], alpha, regressed)
 
 
 def undecided(verdict: Verdict) -> bool:
-    """A candidate better on average that its interval could not show better, with nothing else against it: a
-    refusal for too few questions rather than on merit, which more questions may settle (the paired interval's
-    width is mostly between-question: three runs of each of 100 questions instead of one narrowed it on
-    hotpotqa-index, +-0.16 -> +-0.10, and not on hotpotqa-heldout, +-0.10 -> +-0.11; docs/routing.md)."""
-    return (not verdict.promote and verdict.difference > 0 and bool(verdict.reasons)
-            and all(r.startswith("its value is not better by the interval") for r in verdict.reasons))
+    """Not promoted, yet not clearly worse: its value interval reaches above 0 and its ECE does not regress beyond
+    its noise (what else refuses it, too few questions or a guard flag, is a property of a small sample too). More
+    questions may settle it: the traffic loop keeps such a candidate under observation, `agentrt learn` says what
+    would (the paired interval's width is mostly between questions: three runs of each of 100 questions instead of
+    one narrowed it on hotpotqa-index, +-0.16 -> +-0.10, and not on hotpotqa-heldout; docs/routing.md)."""
+    return not verdict.promote and verdict.interval[1] > 0 and not verdict.ece_regressed
 
 
 def level(alpha: float) -> str:

@@ -33,7 +33,7 @@ from agentrt.core.errors import InputError
 from agentrt.router import registry
 from agentrt.router.learned import RouterModel
 from agentrt.train.router import MAX_WEIGHT, Example, calibration, load_examples
-from agentrt.train.router_eval import MIN_HELD_QUESTIONS, PolicyEval, Verdict, auroc, bootstrap, compare
+from agentrt.train.router_eval import MIN_HELD_QUESTIONS, PolicyEval, Verdict, auroc, bootstrap, compare, undecided
 
 MIN_OBSERVED = 8  # rewarded runs with a shadow decision before the gate judges a candidate
 MAX_LOOKS = 4  # judgments of one candidate under observation; an undecided one is refused at the last
@@ -151,22 +151,20 @@ def judge_observed(settings: Settings, fingerprint: registry.Fingerprint, watche
     inc = _shadow_eval(str(state.get("incumbent") or "in use"), rows, model, lam, rounds, seed, shadow=False)
     # a tail quantile needs enough bootstrap rounds to be more than the sample's extreme
     verdict = compare(cand, inc, rows, rounds=max(rounds, math.ceil(10 / alpha)), seed=seed, alpha=alpha)
-    # undecided: not promoted, yet not clearly worse (its value interval reaches above 0, its ECE does not regress
-    # beyond its noise); what else blocks it (the collapse and abstention flags) is a property of a small sample too
-    undecided = (not verdict.promote and verdict.interval[1] > 0 and look < MAX_LOOKS
-                 and not any(r.startswith("its ECE regresses") for r in verdict.reasons))
+    # undecided (router_eval.undecided: not clearly worse) before the last look: kept under observation
+    observing = undecided(verdict) and look < MAX_LOOKS
     promoted = bool(verdict.promote and promote)
     if promoted:
         registry.promote(home, watched.version)
-    status = "observing" if undecided else "promoted" if promoted else "refused"
+    status = "observing" if observing else "promoted" if promoted else "refused"
     registry.set_observe(home, fingerprint.id, {
         **state, "status": status, "judged": round(time.time(), 3), "observed": len(rows), "looks": look,
         "looked_at": questions,
-        "verdict": {"promote": verdict.promote, "undecided": undecided, "reasons": verdict.reasons,
+        "verdict": {"promote": verdict.promote, "undecided": observing, "reasons": verdict.reasons,
                     "difference": round(verdict.difference, 4), "interval": [round(x, 4) for x in verdict.interval],
                     "level": round(1 - alpha, 5), "look": look,
                     "candidate_value": round(cand.value, 4), "incumbent_value": round(inc.value, 4)}})
-    return TrafficReport("undecided" if undecided else "judged", watched.version, len(examples), observed=len(rows),
+    return TrafficReport("undecided" if observing else "judged", watched.version, len(examples), observed=len(rows),
                          candidate=cand, incumbent=inc, verdict=verdict, promoted=promoted, look=look,
                          questions=questions)
 

@@ -197,9 +197,9 @@ def test_the_crossfit_gate_promotes_a_clear_win_the_holdout_slice_is_too_noisy_t
     assert not bad.verdict.promote and any("value is not better" in r for r in bad.verdict.reasons)
 
 
-def test_a_candidate_better_on_average_but_not_by_the_interval_is_undecided_not_refused_on_merit():
-    """What `agentrt learn` tells a user whose candidate the interval could not decide: more runs would tell.
-    Not said of a candidate worse on average, nor of one refused for anything besides its interval."""
+def test_a_candidate_not_clearly_worse_is_undecided_and_one_refused_on_merit_is_not():
+    """``undecided`` (the traffic loop observes such a candidate on, `agentrt learn` says what would settle it):
+    not promoted, its value interval reaching above 0, its ECE not regressing beyond its noise."""
     from agentrt.train.router_eval import undecided
 
     outcomes = [1.0 if i % 10 < 3 else 0.0 for i in range(40)]
@@ -209,22 +209,28 @@ def test_a_candidate_better_on_average_but_not_by_the_interval_is_undecided_not_
     noisy.terms = [t + (0.9 if i % 2 else -0.8) for i, t in enumerate(inc.terms)]  # +0.05 on average, +-0.85 each
     v = compare(noisy, inc, held, rounds=500)
     assert not v.promote and v.difference > 0 and v.interval[0] <= 0 < v.interval[1]
-    assert undecided(v)
+    assert undecided(v) and not v.ece_regressed
     worse = _policy("candidate", 0.30, outcomes, 0.15)
-    worse.terms = [t + (0.8 if i % 2 else -0.9) for i, t in enumerate(inc.terms)]  # -0.05 on average
-    assert not undecided(compare(worse, inc, held, rounds=500))
+    worse.terms = [t + (0.8 if i % 2 else -0.9) for i, t in enumerate(inc.terms)]  # -0.05 on average, straddling 0
+    v = compare(worse, inc, held, rounds=500)
+    assert v.difference < 0 < v.interval[1] and undecided(v)
+    clearly_worse = _policy("candidate", 0.30, outcomes, 0.15)
+    clearly_worse.terms = [t - 0.3 for t in inc.terms]
+    v = compare(clearly_worse, inc, held, rounds=500)
+    assert v.interval[1] < 0 and not undecided(v)
     clear = compare(_policy("candidate", 0.30, outcomes, 0.60), inc, held, rounds=500)
     assert clear.promote and not undecided(clear)
     # better on average, but its calibration clearly regressed: refused on merit
     miscalibrated = _policy("candidate", 0.85, outcomes, 0.15)
     miscalibrated.terms = noisy.terms
     v = compare(miscalibrated, inc, held, rounds=500)
-    assert not v.promote and v.difference > 0 and not undecided(v)
+    assert not v.promote and v.difference > 0 and v.ece_regressed and not undecided(v)
 
 
 def test_learn_tells_the_user_what_settles_an_undecided_candidate(capsys):
-    """The CLI's verdict lines: an undecided candidate gets the way forward (more items, or promote it by hand
-    and how to undo that); a candidate refused on merit does not."""
+    """The CLI's verdict lines: an undecided candidate gets the way forward (more items; one better on average
+    also how to promote it by hand and undo that); one worse on average is not offered for promotion, and one
+    clearly worse is not undecided."""
     from agentrt.app.commands.learn import _print
     from agentrt.train.learn import RoundReport
 
@@ -243,9 +249,13 @@ def test_learn_tells_the_user_what_settles_an_undecided_candidate(capsys):
 
     out = printed(cand)
     assert "kept r001; r002 not promoted" in out
-    assert "undecided, not worse: r002 is better by +0.050" in out and "40 questions" in out
+    assert "undecided: r002 is not clearly worse (difference +0.050" in out and "on 40 questions" in out
     assert "more items (--limit" in out and "agentrt router promote r002" in out and "agentrt router rollback" in out
     worse = _policy("candidate", 0.30, outcomes, 0.15)
     worse.terms = [t + (0.8 if i % 2 else -0.9) for i, t in enumerate(inc.terms)]
     out = printed(worse)
+    assert "not promoted" in out and "undecided: r002" in out and "router promote" not in out
+    clearly_worse = _policy("candidate", 0.30, outcomes, 0.15)
+    clearly_worse.terms = [t - 0.3 for t in inc.terms]
+    out = printed(clearly_worse)
     assert "not promoted" in out and "undecided" not in out and "router promote" not in out

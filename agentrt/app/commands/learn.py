@@ -314,8 +314,11 @@ def _print(report: Any, incumbent: str) -> None:
         print(f"kept {incumbent}: {report.version} would be promoted, but --no-promote was given")
     else:
         print(f"kept {incumbent}; {report.version} not promoted: " + "; ".join(v.reasons))
-        if undecided(v):
-            print(f"undecided, not worse: {report.version} is better by {v.difference:+.3f} on average, which "
-                  f"{r['heldout_questions']} questions cannot tell from noise: rerun learn on more items (--limit, the "
-                  "same --out: the runs done are kept; the interval narrows about as 1/sqrt(questions)), or take it on "
-                  f"your judgement: agentrt router promote {report.version} (undo: agentrt router rollback)")
+        if undecided(v):  # not clearly worse: more questions may settle it
+            lo, hi = v.interval
+            print(f"undecided: {report.version} is not clearly worse (difference {v.difference:+.3f}, interval "
+                  f"[{lo:+.3f}, {hi:+.3f}] on {r['heldout_questions']} questions): rerun learn on more items (--limit, "
+                  "the same --out: the runs done are kept; the interval narrows about as 1/sqrt(questions))")
+            if v.difference > 0 and not v.flags:
+                print(f"{report.version} is better on average: to take it on your judgement, agentrt router promote "
+                      f"{report.version} (undo: agentrt router rollback)")
