@@ -149,12 +149,15 @@ def build(xs: list[list[float]], actions: list[str], mean: list[float], std: lis
         tags = [corpora[i] for i in keep] if corpora is not None and a in CORPUS_BOUND else None
         samples[a] = ActionSample(len(idx), [_sparse(xs[i]) for i in keep], tags)
         kept.update(keep)
-    # bandwidth: median distance to the NEIGHBOURS-th nearest neighbour among all kept inputs (index 0 of a
-    # sorted row is the input itself)
+    # bandwidth: median distance to the NEIGHBOURS-th nearest neighbour among the distinct kept inputs (index 0
+    # of a sorted row is the input itself). Distinct: one question logged by several runs (a free abstain run
+    # beside the explored one, --samples, --every-action's run per action) is one point, not its own
+    # neighbours at distance 0, which would shrink the kernel to its floor and leave every new question
+    # without evidence
     kept = sorted(kept)
-    Z = _standardize(np.asarray([xs[i] for i in kept]), mean, std)[:, :dims]
+    Z = np.unique(_standardize(np.asarray([xs[i] for i in kept]), mean, std)[:, :dims], axis=0)
     d2 = (Z ** 2).sum(1)[:, None] + (Z ** 2).sum(1)[None, :] - 2 * Z @ Z.T
-    k = min(NEIGHBOURS, len(kept) - 1)
+    k = min(NEIGHBOURS, len(Z) - 1)
     h = float(np.median(np.sqrt(np.maximum(np.sort(d2, axis=1)[:, k], 0.0)))) if k > 0 else 1.0
     return Evidence(samples, round(max(h, MIN_BANDWIDTH), 4), dims)
 

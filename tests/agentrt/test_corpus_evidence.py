@@ -135,3 +135,23 @@ def test_router_show_says_which_corpora_the_abstain_estimate_has_runs_over(agent
     assert {c.rsplit("-", 1)[0] for c in corpora} == {"", "hotpotqa-index-corpus", "squad-corpus", "docs-corpus"}
     runs = json.loads(Path(shown["file"]).read_text())["evidence"]["actions"]["abstain"]["runs"]
     assert abs(sum(corpora.values()) - runs) <= len(corpora) and all(n > 0 for n in corpora.values())
+
+
+def test_a_question_run_with_every_action_is_one_point_of_the_evidence_kernel():
+    """The kernel's bandwidth is set by the distinct training questions: logging each question once per action
+    (`learn --every-action`, six runs; or a free abstain run beside each explored one) must not make a question
+    its own nearest neighbours and shrink the kernel to its floor, leaving a new question of the same kind
+    without evidence (what adapt_bench showed: 0% of held-out decisions calibrated)."""
+    import random
+
+    from agentrt.router import evidence
+
+    rng = random.Random(0)
+    xs = [[rng.gauss(0, 1) for _ in range(8)] for _ in range(60)]
+    mean, std = [0.0] * 8, [1.0] * 8
+    once = evidence.build(xs, ["direct"] * 60, mean, std)
+    six = evidence.build([x for x in xs for _ in range(6)], ["direct", "reason", "read", "plan", "ask", "abstain"] * 60,
+                         mean, std)
+    assert once.bandwidth > evidence.MIN_BANDWIDTH and six.bandwidth == once.bandwidth
+    new = [rng.gauss(0, 1) for _ in range(8)]
+    assert evidence.effective_sizes(six, new, mean, std)["direct"] >= evidence.MIN_EVIDENCE
