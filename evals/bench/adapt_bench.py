@@ -24,7 +24,11 @@ the candidate's own figures beside it. A candidate the gate kept then goes throu
 runs that follow (``--observe``, 100): it decides them in shadow and ``traffic.judge_observed`` judges it as
 `agentrt learn --traffic` would (a look at 10, 20, 40 and 80 questions, each at a stricter level): promoted,
 refused, or still undecided when the runs ran out. Resumable: the runs are under
-OUT/FAMILY/{traffic*,heldout-grid}.
+OUT/FAMILY/{traffic*,every,heldout-grid}.
+
+``--every-action`` is issue 38's adaptation row instead: a user's suite with gold answers, learned with
+`agentrt learn --every-action` (each pool question run once with every action, the gate's value then exact per
+question); N counts questions, not runs, and there is no observe mode.
 """
 
 from __future__ import annotations
@@ -62,12 +66,14 @@ def _split(family: str, out: Path, heldout: int) -> tuple[Path, Path]:
     return paths[1], paths[0]
 
 
-def _log(suite: Path, out: Path, home: Path, args, seed: int = 0) -> Path:
-    """Run (or resume) one exploration of ``suite`` under the router in use in ``home``."""
+def _log(suite: Path, out: Path, home: Path, args, seed: int = 0, every: bool = False) -> Path:
+    """Run (or resume) one exploration of ``suite`` under the router in use in ``home`` (``every``: each item
+    with every action instead, `learn --every-action`)."""
     env = reuse_converted_model({**os.environ, "AGENTRT_HOME": str(home)})
     cmd = [sys.executable, "-m", "agentrt.app.cli", "learn", str(suite), "--explore-only", "--no-free-abstain",
            "--min-runs", "0", "--epsilon", str(args.epsilon), "--temperature", "0", "--budget", str(args.budget),
            "--workers", str(args.workers), "--seed", str(seed), "--out", str(out), "--no-progress"]
+    cmd += ["--every-action"] if every else []
     if args.limit:
         cmd += ["--limit", str(args.limit)]
     subprocess.run(cmd, env=env, cwd=ROOT, check=True)
@@ -102,6 +108,8 @@ def main() -> None:
     ap.add_argument("--gate", choices=("crossfit", "holdout"), default="crossfit", help="learn_round's gate")
     ap.add_argument("--observe", type=int, default=100, help="a candidate the gate kept decides the next this many "
                     "traffic runs in shadow and is judged as `learn --traffic` judges it (0: off)")
+    ap.add_argument("--every-action", action="store_true", help="learn from the pool's first N questions each run "
+                    "with every action (`agentrt learn --every-action` on a suite with gold; N counts questions)")
     ap.add_argument("--out", default="adapt-out")
     args = ap.parse_args()
     args.limit = args.limit or max(args.n)
@@ -121,7 +129,9 @@ def main() -> None:
         traffic_suite, heldout_suite = _split(family, out, args.heldout)
         pool = min(args.limit, sum(1 for line in traffic_suite.open() if line.strip()))
         traffic = []
-        for k in range(-(-max(args.n) // pool)):  # passes over the pool, each logged by its own exploration seed
+        if args.every_action:
+            traffic = load_examples([_log(traffic_suite, out / family / "every", home, args, every=True)])
+        for k in range(0 if args.every_action else -(-max(args.n) // pool)):  # passes over the pool, each its own seed
             traffic += load_examples([_log(traffic_suite, out / family / ("traffic" if k == 0 else f"traffic-{k + 1}"),
                                            home, args, seed=k)])
         held = load_examples([_grid(heldout_suite, out / family / "heldout-grid", args)])
@@ -132,10 +142,11 @@ def main() -> None:
                  for a in ran}
         best = max(fixed.values(), key=lambda p: p.value) if fixed else None
         for n in args.n:
-            if n > len(traffic):
-                print(f"{family} N={n}: only {len(traffic)} traffic runs")
+            have = len({e.question for e in traffic}) if args.every_action else len(traffic)
+            if n > have:
+                print(f"{family} N={n}: only {have} traffic {'questions' if args.every_action else 'runs'}")
                 continue
-            rows = traffic[:n]
+            rows = _first_questions(traffic, n) if args.every_action else traffic[:n]
             if n and len({e.question for e in rows}) < 2:
                 print(f"{family} N={n}: too few traffic questions ({len(rows)} runs)")
                 continue
@@ -154,7 +165,7 @@ def main() -> None:
                    **_score(in_use, held, settings, args.lam, fixed)}
             if candidate is not None:
                 row["candidate"] = _score(candidate, held, settings, args.lam, fixed)
-            if candidate is not None and gate is not None and not gate.promoted and args.observe:
+            if candidate is not None and gate is not None and not gate.promoted and args.observe and not args.every_action:
                 row["observe"] = _observe(candidate, rows, traffic[n:n + args.observe], settings, args.lam)
             row["best_fixed"] = None if best is None else {"action": best.name, "value": round(best.value, 4),
                                                            "success": round(best.success, 4),
@@ -187,6 +198,13 @@ def main() -> None:
                  f"{r['observe']['difference']:+.3f} [{r['observe']['interval'][0]:+.3f}, "
                  f"{r['observe']['interval'][1]:+.3f}] at {r['observe']['level']}"]
                 for r in results]), width=300)
+
+
+def _first_questions(examples, n: int):
+    """The runs of the first ``n`` questions, in the order their first run was logged."""
+    order = list(dict.fromkeys(e.question for e in examples))[:n]
+    keep = set(order)
+    return [e for e in examples if e.question in keep]
 
 
 def _observe(candidate, trained_on, after, settings, lam: float) -> dict | None:

@@ -24,6 +24,9 @@ family (``evals.devsets.FAMILIES``) found there:
    the router in use afterwards (promoted or not) is scored on the held-out questions, and so is the candidate
    (what the gate kept out, when it was not promoted). A candidate trained on the
    same runs with their rewards shuffled is judged by the same gate (on the true rewards): it must be refused.
+   ``--learn-from FOLDER``: the runs learned on come from FOLDER instead (`agentrt learn --every-action` on the
+   first ``--train`` questions, written as a suite by ``--pool-suite FILE``); the held-out questions and the
+   zero-shot router are unchanged.
 
 Acceptance (issue 38): zero-shot value >= best fixed - 0.02 per family; after learning on <= 100 items, promoted,
 held-out ECE <= 0.10 and value >= best fixed - 0.02, the shuffled candidate refused. Issue 39: zero-shot ECE <= 0.15
@@ -37,7 +40,7 @@ import json
 import os
 import random
 import tempfile
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from evals.bench.common import parser, show, table
@@ -143,21 +146,30 @@ def shuffled_verdict(rows, incumbent, settings, lam: float, gate: str = "crossfi
                  name="shuffled").verdict
 
 
-def adapt(family, fam, zero, settings, fingerprint, args, actions):
-    """learn_round on the first N questions of the family, the router in use after it scored on the rest."""
+def pool_of(fam, train: int) -> list[str]:
+    """The questions a user learns on: the first ``train`` of the family in a stable hash order (at most 65%)."""
+    order = _order({e.question for e in fam})
+    return order[:min(train, int(0.65 * len(order)))]
+
+
+def adapt(family, fam, zero, settings, fingerprint, args, actions, learn_runs=None):
+    """learn_round on the first N questions of the family (their runs in ``learn_runs`` when given, else the
+    family's explored ones), the router in use after it scored on the rest."""
     from agentrt.router import registry
     from agentrt.router.learned import RouterModel
     from agentrt.train.learn import Incumbent, learn_round
 
-    order = _order({e.question for e in fam})
-    pool = order[:min(args.train, int(0.65 * len(order)))]
+    pool = pool_of(fam, args.train)
     held = [e for e in fam if e.question not in set(pool)]
     out = []
     for n in args.n:
         if n <= 0 or n > len(pool):  # N = 0 is the zero-shot row, always printed
             continue
         chosen = set(pool[:n])
-        rows = [e for e in fam if e.question in chosen]
+        rows = [e for e in (fam if learn_runs is None else learn_runs) if e.question in chosen]
+        if len({e.question for e in rows}) < n:
+            print(f"{family} N={n}: only {len({e.question for e in rows})} of its questions have runs to learn from")
+            continue
         with tempfile.TemporaryDirectory() as home:
             s = settings.model_copy(update={"home": home})
             entry = registry.add(Path(home), zero)
@@ -175,6 +187,24 @@ def adapt(family, fam, zero, settings, fingerprint, args, actions):
     return held, out
 
 
+def _write_pool(examples, family: str, train: int, path: Path) -> None:
+    """The family's learning pool as a suite file (its items, the corpus an absolute path)."""
+    from evals.multiturn import suite_corpus
+    from evals.suites import load_suite
+
+    pool = set(pool_of([e for e in examples if suite_of(e) == family], train))
+    items = load_suite(family).items
+    corpus = suite_corpus(items)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for it in items:
+            if it.question in pool:
+                row = {k: v for k, v in asdict(it).items() if v not in (None, [], "", False)}
+                row["corpus"] = str(Path(corpus).resolve()) if corpus else row.get("corpus")
+                f.write(json.dumps(row) + "\n")
+    print(f"wrote {len(pool)} questions of {family} to {path}")
+
+
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("trajectories", nargs="+", help="trajectory folders of `agentrt learn --explore-only` runs")
@@ -190,6 +220,10 @@ def main() -> None:
     ap.add_argument("--abstain-floor", type=float, help="the learned router's abstain floor (default: the "
                     "runtime's, agentrt.router.learned.DEFAULT_FLOORS): what it costs and gains where the policy "
                     "rarely answers right")
+    ap.add_argument("--learn-from", nargs="+", help="trajectory folders the adaptation learns from (e.g. `agentrt "
+                    "learn POOL --every-action --explore-only`) instead of the family's explored runs")
+    ap.add_argument("--pool-suite", help="write the family's first --train questions (the --families one) as a "
+                    "suite FILE.jsonl, for `agentrt learn FILE --every-action`, and stop")
     ap.add_argument("--out", default="family.json")
     args = ap.parse_args()
     if args.abstain_floor is not None:
@@ -211,6 +245,10 @@ def main() -> None:
     examples = load_runs(args.trajectories)
     found = sorted({suite_of(e) for e in examples})
     families = args.families or [f for f in FAMILIES if f in found]
+    if args.pool_suite:
+        _write_pool(examples, families[0], args.train, Path(args.pool_suite))
+        return
+    learn_runs = load_runs(args.learn_from) if args.learn_from else None
     actions = tuple(sorted({e.action for e in examples}))
     settings = Settings()
     fingerprint = registry.policy_fingerprint(None, settings.policy)
@@ -235,7 +273,7 @@ def main() -> None:
                           "-" if w is None else f"{w['action']} +{w['margin']:.2f}: {w['picked']:.0%} of {w['questions']}",
                           " ".join(f"{a}:{k}" for a, k in sorted(ev.actions.items())),
                           " ".join(f"{a} {p.value:+.2f}/{p.success:.2f}/{p.tokens:.0f}" for a, p in sorted(fixed.items()))])
-        held, rounds = adapt(family, fam, zero, settings, fingerprint, args, actions)
+        held, rounds = adapt(family, fam, zero, settings, fingerprint, args, actions, learn_runs)
         hfixed = fixed_rows(held, actions, model_estimator(zero), args.lam)
         hbest = max(hfixed.values(), key=lambda p: p.value) if hfixed else None
         base = score("zero-shot", zero, held, actions, settings, args.lam)

@@ -251,6 +251,10 @@ def test_learn_tells_the_user_what_settles_an_undecided_candidate(capsys):
     assert "kept r001; r002 not promoted" in out
     assert "undecided: r002 is not clearly worse (difference +0.050" in out and "on 40 questions" in out
     assert "more items (--limit" in out and "agentrt router promote r002" in out and "agentrt router rollback" in out
+    assert "or with --every-action" in out  # learned from explored runs: measuring every action settles it sooner
+    _print(RoundReport(cand, inc, {}, compare(cand, inc, held, rounds=500), 0.2, runs, version="r002"), "r001",
+           every=True)
+    assert "--every-action" not in capsys.readouterr().out  # it already did
     worse = _policy("candidate", 0.30, outcomes, 0.15)
     worse.terms = [t + (0.8 if i % 2 else -0.9) for i, t in enumerate(inc.terms)]
     out = printed(worse)

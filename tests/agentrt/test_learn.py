@@ -172,6 +172,43 @@ def test_learn_end_to_end_on_the_embedded_model(embedded, tmp_path, agentrt_home
 
 
 @pytest.mark.slow
+def test_learn_every_action_runs_each_item_once_per_action_and_values_it_exactly(tmp_path, agentrt_home, capsys):
+    """`--every-action`: each item is run once with every action the router may take (no index here: direct,
+    reason, ask, abstain), each run's logging propensity is 1/K, so the gate's DR value of any router is the
+    plain mean of the rewards of the runs of its choices (no explored run weighs 1/mu)."""
+    from agentrt.train.router import load_examples
+    from agentrt.train.router_eval import config, evaluate, fixed_estimator
+
+    suite = tmp_path / "tiny.jsonl"
+    items = [{"id": "u1", "question": "What is my password?", "type": "unanswerable"},
+             {"id": "q1", "question": "What is the capital of France?", "type": "qa", "answer": "Paris"},
+             {"id": "q2", "question": "What is 2 + 2?", "type": "math", "answer": "4"},
+             {"id": "u2", "question": "Who will win the lottery next week?", "type": "unanswerable"}]
+    suite.write_text("\n".join(json.dumps(i) for i in items) + "\n")
+    out = tmp_path / "learn"
+    args = ["learn", str(suite), "--every-action", "--budget", "96", "--folds", "2", "--bootstrap", "100",
+            "--workers", "4", "--out", str(out), "--no-progress"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert "running every action on each item: direct, reason, ask, abstain (16 runs)" in capsys.readouterr().err
+    results = [json.loads(line) for line in (out / "explore" / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["item_id"], r["route"]) for r in results) == sorted(
+        (i["id"], a) for i in items for a in ("direct", "reason", "ask", "abstain"))
+    examples = load_examples([out / "trajectories"])
+    assert len(examples) == 16 and all(e.propensity == pytest.approx(0.25) for e in examples)
+    for action in ("direct", "abstain"):  # the DR value of a fixed router = the mean reward of its own runs
+        runs = [e for e in examples if e.action == action]
+        exact = sum(e.reward - 0.3 * e.tokens / e.budget for e in runs) / len(runs)
+        judged = evaluate(action, fixed_estimator(action), fixed_estimator(action), examples, config(0.3, (action,)))
+        assert judged.value == pytest.approx(exact)
+    report = json.loads((out / "report.json").read_text())
+    assert report["runs"]["total"] == 16 and report["runs"]["questions"] == 4
+    prov = RouterModel.load(agentrt_home / "routers" / "r001.json").provenance
+    assert prov["explore"]["every_action"] is True
+    assert main(args) == 0  # resumes: nothing is run again
+    assert len((out / "explore" / "results.jsonl").read_text().splitlines()) == 16
+
+
+@pytest.mark.slow
 def test_the_default_router_sends_arithmetic_to_the_calculator(embedded, agentrt_home):
     """Issue 20, item 6: with no flag, `agentrt run "What is 1234*5678?"` used to answer 12345678 on direct; the
     shipped router sends it to reason, which gets the calculator by default."""

@@ -53,6 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--logging-router", help="router spec that explores (default: the incumbent, else rules)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
     p.add_argument("--out", default="learn-out", help="output folder, reused to resume (default learn-out)")
+    p.add_argument("--every-action", action="store_true",
+                   help="run every action on each item instead of one explored action (full information: the gate "
+                        "then values both routers from runs of their own choices, not from the few an explorer made, "
+                        "so ~100 items settle what ~300 explored ones leave open; about as many runs per item as "
+                        "there are actions)")
     p.add_argument("--no-free-abstain", dest="free_abstain", action="store_false",
                    help="do not log a (token-free) abstain run of every item beside the exploring run")
     p.add_argument("--explore-only", action="store_true", help="run the exploration, do not train")
@@ -175,7 +180,8 @@ def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out
     planned = sum(len(s.items[:args.limit]) for s in suites) * args.samples
     minimum = MIN_RUNS_PER_ACTION if getattr(args, "min_runs", None) is None else args.min_runs
     free = FREE_ACTIONS if args.free_abstain else ()
-    shares = explore_shares(have or {}, planned, actions, free=free, minimum=minimum)
+    every = getattr(args, "every_action", False)
+    shares = {} if every else explore_shares(have or {}, planned, actions, free=free, minimum=minimum)
     if shares:
         print("exploring: minimum shares so every action gets runs (want >= "
               f"{minimum} each): " + ", ".join(f"{a} {v:.0%} (~{v * planned:.0f} runs)" for a, v in shares.items()),
@@ -190,8 +196,13 @@ def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out
     config = EvalConfig(suites=[s.name for s in suites], routers=["explore"], budget=args.budget, limit=args.limit,
                         samples=args.samples, workers=args.workers, seed=args.seed, policy=settings.policy,
                         out=str(out / "explore"))
-    loggers = [ExploreRouter(_Exploring(router))]
-    loggers += [ExploreRouter(FixedRouter(a, settings), f"free:{a}") for a in FREE_ACTIONS if args.free_abstain]
+    if every:  # one fixed logger per action: mu(a|x) = 1/K (_logging_propensities), the DR value is exact
+        loggers = [ExploreRouter(FixedRouter(a, settings), f"every:{a}") for a in actions]
+        print(f"running every action on each item: {', '.join(actions)} ({len(actions) * planned} runs)",
+              file=sys.stderr)
+    else:
+        loggers = [ExploreRouter(_Exploring(router))]
+        loggers += [ExploreRouter(FixedRouter(a, settings), f"free:{a}") for a in FREE_ACTIONS if args.free_abstain]
     tasks = plan_tasks(suites, loggers, args.samples, args.limit)
     progress = not args.no_progress and sys.stderr.isatty()
     records = asyncio.run(run_tasks(agent, tasks, config, progress=progress, label="explore"))
@@ -224,6 +235,7 @@ def _provenance_extra(args: argparse.Namespace, suites: list[Any], logged: list[
     extra: dict[str, Any] = {}
     if suites:
         extra["explore"] = {"suites": [s.name for s in suites], "budget": args.budget, "epsilon": args.epsilon,
+                            "every_action": getattr(args, "every_action", False),
                             "temperature": args.temperature, "limit": args.limit, "samples": args.samples,
                             "min_runs": args.min_runs,
                             "free_abstain": args.free_abstain, "logging_router": args.logging_router or incumbent}
@@ -272,11 +284,11 @@ def cmd_learn(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
     (out / "report.md").write_text(reliability_markdown(report))
-    _print(report, incumbent.name)
+    _print(report, incumbent.name, every=getattr(args, "every_action", False))
     return 0
 
 
-def _print(report: Any, incumbent: str) -> None:
+def _print(report: Any, incumbent: str, every: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -318,7 +330,9 @@ def _print(report: Any, incumbent: str) -> None:
             lo, hi = v.interval
             print(f"undecided: {report.version} is not clearly worse (difference {v.difference:+.3f}, interval "
                   f"[{lo:+.3f}, {hi:+.3f}] on {r['heldout_questions']} questions): rerun learn on more items (--limit, "
-                  "the same --out: the runs done are kept; the interval narrows about as 1/sqrt(questions))")
+                  "the same --out: the runs done are kept; the interval narrows about as 1/sqrt(questions))"
+                  + ("" if every else " or with --every-action (each item run with every action: the value of "
+                     "either router's choice is then measured, not inferred from one explored run)"))
             if v.difference > 0 and not v.flags:
                 print(f"{report.version} is better on average: to take it on your judgement, agentrt router promote "
                       f"{report.version} (undo: agentrt router rollback)")
