@@ -8,6 +8,7 @@
    with exploration (softmax ``--temperature`` over its utilities mixed with ``--epsilon`` uniform; the chosen
    action's propensity is logged), and once more as a token-free abstain run (``FREE_ACTIONS``). The runs are
    trajectories under OUT/trajectories and OUT/explore/results.jsonl; a rerun skips every item already done.
+   ``--every-action`` runs each item once with every action instead (a fixed logger per action, propensity 1/K).
    A folder of logged trajectories with rewards is used as is (no runs).
 2. Learn (agentrt.train.learn): train on the training slice, evaluate candidate vs incumbent on the held-out
    slice, promote only when the DR value's lower bound beats the incumbent and ECE does not regress.
@@ -55,8 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="learn-out", help="output folder, reused to resume (default learn-out)")
     p.add_argument("--every-action", action="store_true",
                    help="run every action on each item instead of one explored action (full information: the gate "
-                        "then values both routers from runs of their own choices, not from the few an explorer made, "
-                        "so ~100 items settle what ~300 explored ones leave open; about as many runs per item as "
+                        "then values both routers from runs of their own choices, not from the few an explorer made: "
+                        "50-100 items settle what one explored run per item leaves open; as many runs per item as "
                         "there are actions)")
     p.add_argument("--no-free-abstain", dest="free_abstain", action="store_false",
                    help="do not log a (token-free) abstain run of every item beside the exploring run")
