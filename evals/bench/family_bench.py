@@ -200,7 +200,8 @@ def _write_pool(examples, family: str, train: int, path: Path) -> None:
         for it in items:
             if it.question in pool:
                 row = {k: v for k, v in asdict(it).items() if v not in (None, [], "", False)}
-                row["corpus"] = str(Path(corpus).resolve()) if corpus else row.get("corpus")
+                if corpus:  # resolved: the suite file is written elsewhere
+                    row["corpus"] = corpus
                 f.write(json.dumps(row) + "\n")
     print(f"wrote {len(pool)} questions of {family} to {path}")
 

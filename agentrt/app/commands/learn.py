@@ -179,31 +179,29 @@ def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out
     from agentrt.train.router import MIN_RUNS_PER_ACTION, explore_shares
 
     planned = sum(len(s.items[:args.limit]) for s in suites) * args.samples
-    minimum = MIN_RUNS_PER_ACTION if getattr(args, "min_runs", None) is None else args.min_runs
-    free = FREE_ACTIONS if args.free_abstain else ()
-    every = getattr(args, "every_action", False)
-    shares = {} if every else explore_shares(have or {}, planned, actions, free=free, minimum=minimum)
-    if shares:
-        print("exploring: minimum shares so every action gets runs (want >= "
-              f"{minimum} each): " + ", ".join(f"{a} {v:.0%} (~{v * planned:.0f} runs)" for a, v in shares.items()),
-              file=sys.stderr)
-    cfg = UtilityConfig(lam=args.lam, temperature=args.temperature, epsilon=args.epsilon, actions=actions,
-                        floors={a: 0.0 for a in ACTIONS},  # exploring: every action stays possible
-                        min_share=shares)
     agent = Agent(settings)
-    router = make_router(incumbent, settings, policy=agent.policy, cfg=cfg)
+    if args.every_action:  # one fixed logger per action: mu(a|x) = 1/K (_logging_propensities), the DR value is exact
+        loggers = [ExploreRouter(FixedRouter(a, settings), f"every:{a}") for a in actions]
+        print(f"running every action on each item: {', '.join(actions)} ({len(actions) * planned} runs)",
+              file=sys.stderr)
+    else:
+        minimum = MIN_RUNS_PER_ACTION if getattr(args, "min_runs", None) is None else args.min_runs
+        free = FREE_ACTIONS if args.free_abstain else ()
+        shares = explore_shares(have or {}, planned, actions, free=free, minimum=minimum)
+        if shares:
+            print("exploring: minimum shares so every action gets runs (want >= "
+                  f"{minimum} each): " + ", ".join(f"{a} {v:.0%} (~{v * planned:.0f} runs)" for a, v in shares.items()),
+                  file=sys.stderr)
+        cfg = UtilityConfig(lam=args.lam, temperature=args.temperature, epsilon=args.epsilon, actions=actions,
+                            floors={a: 0.0 for a in ACTIONS},  # exploring: every action stays possible
+                            min_share=shares)
+        loggers = [ExploreRouter(_Exploring(make_router(incumbent, settings, policy=agent.policy, cfg=cfg)))]
+        loggers += [ExploreRouter(FixedRouter(a, settings), f"free:{a}") for a in free]
     trajectories = out / "trajectories"
     agent.writer = TrajectoryWriter(trajectories)
     config = EvalConfig(suites=[s.name for s in suites], routers=["explore"], budget=args.budget, limit=args.limit,
                         samples=args.samples, workers=args.workers, seed=args.seed, policy=settings.policy,
                         out=str(out / "explore"))
-    if every:  # one fixed logger per action: mu(a|x) = 1/K (_logging_propensities), the DR value is exact
-        loggers = [ExploreRouter(FixedRouter(a, settings), f"every:{a}") for a in actions]
-        print(f"running every action on each item: {', '.join(actions)} ({len(actions) * planned} runs)",
-              file=sys.stderr)
-    else:
-        loggers = [ExploreRouter(_Exploring(router))]
-        loggers += [ExploreRouter(FixedRouter(a, settings), f"free:{a}") for a in FREE_ACTIONS if args.free_abstain]
     tasks = plan_tasks(suites, loggers, args.samples, args.limit)
     progress = not args.no_progress and sys.stderr.isatty()
     records = asyncio.run(run_tasks(agent, tasks, config, progress=progress, label="explore"))
@@ -236,7 +234,7 @@ def _provenance_extra(args: argparse.Namespace, suites: list[Any], logged: list[
     extra: dict[str, Any] = {}
     if suites:
         extra["explore"] = {"suites": [s.name for s in suites], "budget": args.budget, "epsilon": args.epsilon,
-                            "every_action": getattr(args, "every_action", False),
+                            "every_action": args.every_action,
                             "temperature": args.temperature, "limit": args.limit, "samples": args.samples,
                             "min_runs": args.min_runs,
                             "free_abstain": args.free_abstain, "logging_router": args.logging_router or incumbent}
@@ -285,7 +283,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
     (out / "report.md").write_text(reliability_markdown(report))
-    _print(report, incumbent.name, every=getattr(args, "every_action", False))
+    _print(report, incumbent.name, every=args.every_action)
     return 0
 
 
