@@ -21,7 +21,8 @@ forks the code's process and waits. That process: a session of its own (``kill(0
 fds), drops to uid nobody (when root) and every capability, runs the code. Under ``bwrap`` the supervisor first caps the inodes of /tmp and /dev/shm and makes /dev
 read-only (bubblewrap has no option for either), then gives up CAP_SYS_ADMIN, which it held for that only.
 ``unsafe`` adds, in the code's process: Landlock (writes only beneath the work dir) where the kernel has it,
-a second seccomp filter (no exec, no new process, no signal or prlimit but to itself) and an audit hook.
+a second seccomp filter (no exec, no new process, no signal or prlimit but to itself, no change to any
+file's mode, owner, times, xattrs or flags) and an audit hook.
 
 The supervisor reports the code's wait status, its CPU time (rusage) and the peak number of processes
 it ran: the parent classifies from those only.
@@ -356,18 +357,21 @@ def set_limits(cfg):
 
 
 def audit_guard(work):
-    """``unsafe`` only: refuse new processes and writes outside ``work`` at the Python level too, with a
-    message that names the rule. Not a boundary (ctypes or a C extension gets around it): the kernel's
-    layers are the seccomp filters (no socket, exec, new process, signal to another) and Landlock."""
+    """``unsafe`` only: refuse new processes, writes outside ``work`` and metadata changes anywhere at the
+    Python level too, with a message that names the rule. Not a boundary (ctypes or a C extension gets
+    around it): the kernel's layers are the seccomp filters (no socket, exec, new process, signal to
+    another, metadata change) and Landlock."""
     blocked_prefixes = ("subprocess.", "os.fork", "os.exec", "os.spawn", "os.posix_spawn", "os.system", "pty.",
                         "ctypes.")
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    metadata_events = ("os.chmod", "os.chown", "os.utime", "os.setxattr", "os.removexattr")
 
     def hook(event, args):
         if event.startswith(blocked_prefixes):
             raise PermissionError(f"sandbox: {event} is disabled in the python tool")
-        if event in ("os.remove", "os.rename", "os.rmdir", "os.truncate", "os.chmod", "os.symlink", "os.link",
-                     "os.mkdir", "os.chown", "os.utime", "os.setxattr", "os.removexattr"):
+        if event in metadata_events:  # anywhere: the kernel (unsafe seccomp) refuses them in the work dir too
+            raise PermissionError(f"sandbox: {event} (file metadata) is disabled in the python tool's unsafe mode")
+        if event in ("os.remove", "os.rename", "os.rmdir", "os.truncate", "os.symlink", "os.link", "os.mkdir"):
             paths = [a for a in args if isinstance(a, (str, bytes))]
             if any(not os.path.realpath(os.fsdecode(p)).startswith(work + os.sep) for p in paths):
                 raise PermissionError(f"sandbox: {event} outside the work directory is disabled")

@@ -23,8 +23,11 @@ matter for escape are few. What it does, per syscall number of the native ABI:
   which RLIMIT_AS does not see: ``memfd_create``, ``memfd_secret``, SysV ``shmget`` and ``msgget`` -> EPERM.
 
 ``unsafe_filter(pid)`` is a second filter the ``unsafe`` mode's code process stacks on top: no ``execve``,
-no new process (``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD``), and signals, ``prlimit64`` and
-``pidfd_open`` only for its own pid.
+no new process (``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD``), signals, ``prlimit64`` and
+``pidfd_open`` only for its own pid, and no change to any file's metadata (issue #56: Landlock does not
+cover them, and a root caller's code, capabilities dropped, still owns root's files): the ``chmod``,
+``chown``, ``utime`` and xattr-setting families, ``file_setattr`` and the ioctls that set inode flags or
+fsxattr, by path or by fd, inside the work dir too (BPF sees no path, so it cannot tell inside from out).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import struct
 _LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW, _RET_ERRNO, _RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data: nr, arch, ip, args[6]
+_OFF_ARG1_LOW = 24  # args[1]'s low 32 bits (little-endian): ioctl's cmd is an unsigned int, upper bits ignored
 CLONE_NS_FLAGS = 0x7E020080  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 
 _DENIED = ("socket", "connect", "bind", "listen", "accept", "accept4", "ptrace", "process_vm_readv",
@@ -53,6 +57,17 @@ _UNMAPPED = ("memfd_create", "memfd_secret", "shmget", "msgget")
 # unsafe mode: no new program, no new process; signals and prlimit for its own pid only.
 _UNSAFE_DENIED = ("execve", "execveat", "fork", "vfork", "tkill", "pidfd_send_signal")
 _UNSAFE_OWN = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "prlimit64", "pidfd_open")
+# unsafe mode: no change to a file's mode, owner, times, xattrs or flags (aarch64 has only the *at / f* forms).
+_UNSAFE_METADATA = ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime",
+                    "utimes", "utimensat", "futimesat", "setxattr", "lsetxattr", "fsetxattr", "removexattr",
+                    "lremovexattr", "fremovexattr", "setxattrat", "removexattrat", "file_setattr")
+# ioctl commands (the same on both ABIs) by which a file's owner changes its attributes through an fd,
+# read-only ones included: inode flags (chattr: FS_IOC_SETFLAGS, its 32-bit form), struct fsxattr
+# (FS_IOC_FSSETXATTR), the generation (FS_IOC_SETVERSION, EXT4_IOC_SETVERSION, 32-bit forms), fs-verity
+# (FS_IOC_ENABLE_VERITY: the file stays read-only), an encryption policy (FS_IOC_SET_ENCRYPTION_POLICY),
+# a btrfs subvolume's read-only flag (BTRFS_IOC_SUBVOL_SETFLAGS). Those that need a capability are left out.
+_SET_ATTR_IOCTLS = (0x40086602, 0x40046602, 0x401C5820, 0x40087602, 0x40047602, 0x40086604, 0x40046604,
+                    0x40806685, 0x800C6613, 0x4008941A)
 CLONE_THREAD = 0x10000
 OWN_PID = 0x7FFFFFF0  # placeholder for the code's pid in unsafe_filter(); the child patches it in (no real pid)
 
@@ -70,7 +85,10 @@ SYSCALLS: dict[str, dict[str, int]] = {
                    acct=163, quotactl=179, lookup_dcookie=212, vhangup=153, clone=56, clone3=435,
                    pidfd_send_signal=424, kill=62, tkill=200, tgkill=234, rt_sigqueueinfo=129,
                    rt_tgsigqueueinfo=297, pidfd_open=434, prlimit64=302, memfd_create=319, memfd_secret=447,
-                   shmget=29, msgget=68, execve=59, execveat=322, fork=57, vfork=58),
+                   shmget=29, msgget=68, execve=59, execveat=322, fork=57, vfork=58, ioctl=16, chmod=90,
+                   fchmod=91, fchmodat=268, fchmodat2=452, chown=92, fchown=93, lchown=94, fchownat=260,
+                   utime=132, utimes=235, utimensat=280, futimesat=261, setxattr=188, lsetxattr=189,
+                   fsetxattr=190, removexattr=197, lremovexattr=198, fremovexattr=199),
     "aarch64": dict(socket=198, connect=203, accept=202, bind=200, listen=201, accept4=242, ptrace=117,
                     process_vm_readv=270, process_vm_writev=271, pidfd_getfd=438, kcmp=272, mount=40,
                     umount2=39, pivot_root=41, chroot=51, unshare=97, setns=268, open_tree=428,
@@ -82,8 +100,12 @@ SYSCALLS: dict[str, dict[str, int]] = {
                     acct=89, quotactl=60, lookup_dcookie=18, vhangup=58, clone=220, clone3=435,
                     pidfd_send_signal=424, kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138,
                     rt_tgsigqueueinfo=240, pidfd_open=434, prlimit64=261, memfd_create=279, memfd_secret=447,
-                    shmget=194, msgget=186, execve=221, execveat=281),
+                    shmget=194, msgget=186, execve=221, execveat=281, ioctl=29, fchmod=52, fchmodat=53,
+                    fchmodat2=452, fchown=55, fchownat=54, utimensat=88, setxattr=5, lsetxattr=6, fsetxattr=7,
+                    removexattr=14, lremovexattr=15, fremovexattr=16),
 }
+# Newer than the libseccomp the tests compare with (2.5): the unified numbers every ABI shares since 424.
+NEWER_SYSCALLS = dict(setxattrat=463, removexattrat=466, file_setattr=469)
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
 
@@ -116,17 +138,20 @@ def build_filter(arch: str | None = None, *, refuse_unmapped_memory: bool = True
 def unsafe_filter(pid: int, arch: str | None = None) -> bytes | None:
     """The filter the ``unsafe`` mode's code process (``pid``) stacks on the sandbox's: no exec, no new
     process, no signal or prlimit for any process but its own (by its pid: 0 would name its process group,
-    which holds the supervisor)."""
+    which holds the supervisor), no change to any file's metadata."""
     arch = arch or native_arch()
     if arch is None:
         return None
-    nr = SYSCALLS[arch]
-    prog = _head(arch) + [(_JEQ, "eperm", 0, nr[name]) for name in _UNSAFE_DENIED if name in nr]
+    nr = {**SYSCALLS[arch], **NEWER_SYSCALLS}
+    denied = _UNSAFE_DENIED + _UNSAFE_METADATA
+    prog = _head(arch) + [(_JEQ, "eperm", 0, nr[name]) for name in denied if name in nr]
     prog += [(_JEQ, "own", 0, nr[name]) for name in _UNSAFE_OWN]
-    prog += [(_JEQ, "thread", 0, nr["clone"]), (_RET, 0, 0, _RET_ALLOW)]
+    prog += [(_JEQ, "ioctl", 0, nr["ioctl"]), (_JEQ, "thread", 0, nr["clone"]), (_RET, 0, 0, _RET_ALLOW)]
     blocks = {
         "own": [(_LD_ABS, 0, 0, _OFF_ARG0), (_JEQ, "allow", "eperm", pid)],  # not 0: its group holds the supervisor
         "thread": [(_LD_ABS, 0, 0, _OFF_ARG0), (_JSET, "allow", "eperm", CLONE_THREAD)],
+        "ioctl": [(_LD_ABS, 0, 0, _OFF_ARG1_LOW), *[(_JEQ, "eperm", 0, cmd) for cmd in _SET_ATTR_IOCTLS],
+                  (_RET, 0, 0, _RET_ALLOW)],
         "allow": [(_RET, 0, 0, _RET_ALLOW)],
     }
     return _assemble(prog, blocks)

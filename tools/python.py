@@ -10,8 +10,9 @@ no socket of any family and no memfd or SysV memory (seccomp), no new privileges
 /dev/shm, and a wall clock the parent enforces. With neither launcher working, ``run_python`` refuses
 (``SandboxUnavailable``, one line saying how to enable one) unless the caller allows ``unsafe``
 (``Settings.allow_python = "unsafe"``): the host's namespaces, with rlimits, seccomp (no socket, exec, new
-process or signal to another), Landlock (no write outside the work dir, where the kernel has it) and an
-audit hook; nothing keeps it from reading what the calling user can.
+process or signal to another, no chmod/chown/utime/xattr/inode-flag change anywhere), Landlock (no write
+outside the work dir, where the kernel has it) and an audit hook; nothing keeps it from reading what the
+calling user can.
 
 The status (``SandboxResult.stopped``) comes from the parent's own clock and from the sandbox's
 supervisor (pid 1 inside, which the code cannot signal, re-limit, trace or write for): the code's wait status,
