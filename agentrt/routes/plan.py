@@ -182,7 +182,7 @@ class _Run:
             self.ctx, search_messages(q), [self.tool],
             allowed=set(step.get("tools") or ["search"]) & {self.tool.name} or {self.tool.name},
             max_steps=self.opts.max_steps, budget=budget, max_tokens=self.opts.step_max_tokens,
-            name=f"search:{step['id']}", retry_on_error=False))
+            name=f"search:{step['id']}", retry_on_error=False, guard=False))  # synthesis guards (below)
         # A late searcher is abandoned, not cancelled: cancelling a request mid-batch would disturb the
         # other requests decoded with it. Its next call fails on the closed budget and it ends there.
         task.add_done_callback(lambda t: t.cancelled() or t.exception())

@@ -40,6 +40,7 @@ from agentrt.core.budget import Budget
 from agentrt.core.errors import BudgetExceeded, InputError
 from agentrt.core.text import legacy_rendering, quote_untrusted
 from agentrt.core.protocols import ModelBackend
+from agentrt.routes.answer_guard import guard_answer
 from agentrt.routes.context import RunContext
 from agentrt.trajectory import FinalAnswerStep, ToolCallStep, new_run_id
 from agentrt.trajectory.schema import MAX_TOOL_RESULT_CHARS
@@ -86,6 +87,7 @@ async def run_tool_loop(
     compose_final: Literal["tool_result", "none"] = "tool_result",
     name: str = "tool_step",
     retry_on_error: bool = True,
+    guard: bool = True,
 ) -> ToolLoopResult:
     """Run at most ``max_steps`` model calls, executing the tool calls they make.
 
@@ -94,7 +96,10 @@ async def run_tool_loop(
     ends the loop with ``stopped="budget"`` and the best answer so far. With a bare backend, ``budget``
     (default 4096) is the loop's own total. ``retry_on_error``: a tool error earns one extra step (the answer
     a user sees); the plan route's searchers run without it, since a failed searcher is reported to synthesis
-    as missing and eight retries would multiply the fan-out's cost.
+    as missing and eight retries would multiply the fan-out's cost. ``guard``: the synthesis rule
+    (routes/answer_guard.py) on the loop's answer, against the document text its tool results showed (search hits,
+    fetched documents): an answer that obeys an instruction planted in one becomes "I don't know." -- the plan
+    route, which applies the rule at its synthesis over every searcher's passages, runs its searchers without it.
     """
     if max_steps < 1:
         raise InputError("max_steps must be >= 1")
@@ -175,9 +180,23 @@ async def run_tool_loop(
             own_budget.close()
     if result.stopped == "max_steps" and not result.answer:
         result.answer = _usable(last_output)
+    if guard and result.answer and result.stopped != "ask_user":
+        result.answer = guard_answer(ctx, result.answer, shown_documents(result.outcomes))
     if result.answer:
         ctx.best_answer = result.answer
     return result
+
+
+def shown_documents(outcomes: list[ToolResult]) -> list[tuple[str, str]]:
+    """The untrusted document text tool results showed the model, as ``(id, text)`` pairs: the ``data`` of a
+    search (a list of hits) or a fetch (one document), each ``{"id", "text", ...}``; other tools show none."""
+    out: list[tuple[str, str]] = []
+    for outcome in outcomes:
+        items = outcome.data if isinstance(outcome.data, list) else [outcome.data]
+        for item in items if outcome.ok else []:
+            if isinstance(item, dict) and isinstance(item.get("text"), str):
+                out.append((str(item.get("id") or ""), item["text"]))
+    return out
 
 
 async def _call(ctx: RunContext, call: ToolCall, tools: dict[str, Tool], step: int,

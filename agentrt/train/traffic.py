@@ -37,6 +37,8 @@ from agentrt.train.router_eval import MIN_HELD_QUESTIONS, PolicyEval, Verdict, a
 
 MIN_OBSERVED = 8  # rewarded runs with a shadow decision before the gate judges a candidate
 MAX_LOOKS = 4  # judgments of one candidate under observation; an undecided one is refused at the last
+COLLAPSE = 0.9  # a candidate that would take one non-answering action on this share of the judged runs is refused
+NON_ANSWERING = ("abstain", "ask")
 
 
 @dataclass
@@ -44,7 +46,7 @@ class TrafficReport:
     """What one ``learn --traffic`` step did: trained a candidate (``trained``), judged one (``judged``: promoted or
     refused; ``undecided``: kept under observation), or waited for traffic (``observing``)."""
 
-    step: str  # trained | judged | undecided | observing (too few observed questions for a look yet)
+    step: str  # trained | judged | undecided | observing (too few observed questions for a look yet) | refused
     version: str
     runs: int  # rewarded runs of traffic
     observed: int = 0  # rewarded runs with the candidate's shadow decision
@@ -56,11 +58,13 @@ class TrafficReport:
     warnings: list[str] = field(default_factory=list)
     look: int = 0  # how many times the candidate under observation has been judged
     questions: int = 0  # the questions its shadow decisions with feedback cover
+    refused: list[str] = field(default_factory=list)  # step "refused": why no candidate was trained, "check: why"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"step": self.step, "version": self.version, "runs": self.runs,
                                "observed": self.observed, "promoted": self.promoted, "heldout": self.heldout,
-                               "warnings": self.warnings, "look": self.look, "questions": self.questions}
+                               "warnings": self.warnings, "look": self.look, "questions": self.questions,
+                               "refused": self.refused}
         for name in ("candidate", "incumbent"):
             p = getattr(self, name)
             out[name] = p.summary() if p is not None else None
@@ -103,8 +107,50 @@ def learn_traffic(settings: Settings, fingerprint: registry.Fingerprint, *, lam:
     if watched is not None:
         return judge_observed(settings, fingerprint, watched, examples, lam=lam, seed=seed, rounds=rounds,
                       min_observed=min_observed, promote=promote)
-    return _train(settings, fingerprint, examples, lam=lam, holdout=holdout, folds=folds, seed=seed, rounds=rounds,
-                  gate=gate)
+    usable, notes = screen(examples)
+    refused = refusals(usable)
+    if refused:
+        return TrafficReport("refused", "", len(examples), warnings=notes, refused=refused,
+                             questions=len({e.question for e in usable}))
+    report = _train(settings, fingerprint, usable, lam=lam, holdout=holdout, folds=folds, seed=seed, rounds=rounds,
+                    gate=gate)
+    report.warnings[:0] = notes
+    return report
+
+
+def screen(examples: list[Example]) -> tuple[list[Example], list[str]]:
+    """The traffic a candidate may be trained on, and a line on what was left out (check ``forced-route``).
+
+    Off-policy learning needs each run's action to be chosen without regard to its outcome: the router's choice
+    (its logged probabilities are the propensity), or a caller's logging experiment that runs a question on
+    several routes (``_logging_propensities``: the mixture, 1/K each). A route the caller gave on a question it
+    ran on no other route is the caller's pick for that question -- it may know the verdict it will give (the
+    flood of issue 56: 16 questions forced to abstain and marked right) -- so it carries no propensity of the
+    router's and says nothing about what the router should do: it is left out."""
+    given: dict[str, set[str]] = {}
+    for e in examples:
+        if e.logged is None:
+            given.setdefault(e.question, set()).add(e.action)
+    kept = [e for e in examples if e.logged is not None or len(given[e.question]) > 1]
+    dropped = len(examples) - len(kept)
+    notes = [f"check forced-route: left out {dropped} runs whose route the caller gave on a question it ran on no "
+             "other route (the caller's pick, not the router's: no propensity to learn from); log routed traffic "
+             "(agentrt serve --explore) or run each question on several routes"] if dropped else []
+    return kept, notes
+
+
+def refusals(examples: list[Example]) -> list[str]:
+    """Why ``examples`` (screened) cannot train a candidate, one ``check NAME: why`` line each (empty: they can)."""
+    out = []
+    questions = len({e.question for e in examples})
+    if questions < MIN_HELD_QUESTIONS:
+        out.append(f"check too-few-questions: the usable runs with feedback cover {questions} questions (want >= "
+                   f"{MIN_HELD_QUESTIONS}: the gate cannot judge a candidate on fewer)")
+    actions = sorted({e.action for e in examples})
+    if len(actions) < 2:
+        out.append(f"check one-action: every usable run took {actions[0] if actions else 'no route'!r}: a router "
+                   "learns nothing about choosing between routes from it")
+    return out
 
 
 def _train(settings: Settings, fingerprint: registry.Fingerprint, examples: list[Example], *, lam: float, holdout: float,
@@ -117,10 +163,28 @@ def _train(settings: Settings, fingerprint: registry.Fingerprint, examples: list
     report = learn_round(examples, incumbent, settings, fingerprint, suites=["traffic"], lam=lam, holdout=holdout,
                          folds=folds, seed=seed, rounds=rounds, promote=False, gate=gate,
                          extra={"trained_on": "traffic", "observe": "decides in shadow until learn --traffic judges it"})
+    collapsed = collapse(report.candidate.actions)
+    if collapsed:  # registered (its report is kept), never observed nor promoted
+        return TrafficReport("refused", report.version, len(examples), candidate=report.candidate,
+                             incumbent=report.incumbent, heldout=report.to_dict(), warnings=report.warnings,
+                             refused=[collapsed])
     registry.set_observe(home, fingerprint.id, {"version": report.version, "status": "observing",
                                                 "since": round(time.time(), 3), "incumbent": incumbent.name})
     return TrafficReport("trained", report.version, len(examples), candidate=report.candidate,
                          incumbent=report.incumbent, heldout=report.to_dict(), warnings=report.warnings)
+
+
+def collapse(chosen: dict[str, int]) -> str | None:
+    """Check ``collapse``: a candidate that would abstain (or ask) on ``COLLAPSE`` of the judged runs or more answers
+    nobody; from traffic that is a flood of verdicts, or a policy that cannot answer here -- either way not a router
+    to put in front of users. Returns the refusal line, or None."""
+    total = sum(chosen.values())
+    for action in NON_ANSWERING:
+        share = chosen.get(action, 0) / total if total else 0.0
+        if share >= COLLAPSE:
+            return (f"check collapse: the candidate would {action} on {share:.0%} of the judged runs (refused at >= "
+                    f"{COLLAPSE:.0%}): a router that answers nobody is not learned from traffic")
+    return None
 
 
 def judge_observed(settings: Settings, fingerprint: registry.Fingerprint, watched: registry.Entry,

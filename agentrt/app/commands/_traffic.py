@@ -27,6 +27,10 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     (out / "traffic-report.json").write_text(json.dumps(report.to_dict(), indent=1))
     for line in report.warnings:
         print(f"agentrt: warning: {line}", file=sys.stderr)
+    if report.step == "refused":
+        what = f"refused {report.version}" if report.version else "refused to train a candidate"
+        print(f"{what}: " + "; ".join(report.refused))
+        return 1
     if report.step == "trained":
         c, i = report.candidate, report.incumbent
         judged = "cross-fitted" if args.gate == "crossfit" else "held out"

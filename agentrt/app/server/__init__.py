@@ -8,8 +8,8 @@ text that is not UTF-8 or holds a lone surrogate, JSON nested too deep or with h
 body, unknown fields, a bad message list, a JSON schema the grammar cannot compile) gets a 4xx with
 OpenAI's ``{"error": {"message", "type", "param", "code"}}``, never a 500; a 500 (same shape) means a bug.
 
-The door (``create_app`` options, ``agentrt serve`` flags): ``api_key`` (every path but ``/healthz``
-needs ``Authorization: Bearer KEY``, else 401), ``max_budget`` (a request's budget above it is a 400;
+The door (``create_app`` options, ``agentrt serve`` flags): ``api_key`` (every path but ``/healthz`` and
+``/health`` needs ``Authorization: Bearer KEY``, else 401; ``metrics_open`` leaves ``/metrics`` open too), ``max_budget`` (a request's budget above it is a 400;
 a request without one gets at most that), ``request_timeout`` (a run that takes longer is cancelled,
 saved as cancelled, and answered 504), ``max_body``, ``max_concurrency``; ``served_model_names``;
 ``host`` (the bind address) and ``allowed_origins``: what a browser may reach (``server.guard``: Host/Origin
@@ -31,7 +31,7 @@ try:
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from agentrt.app.server.door import ApiKeyGate, BadBody, error_response, parse_body, read_object
+    from agentrt.app.server.door import ApiKeyGate, error_response, read_object
     from agentrt.app.server.guard import guard_door
 except ImportError as e:  # pragma: no cover - depends on the install
     raise missing_extra("fastapi", "server") from e
@@ -44,6 +44,7 @@ from agentrt.core.request import explain
 from agentrt.core.protocols import Tokenized
 from agentrt.app.server.response import completion
 from agentrt.app.server import responses  # POST /v1/responses: OpenAI's Responses API over the chat path
+from agentrt.app.server import feedback  # POST /v1/feedback: verdicts on served runs (learn --traffic)
 from agentrt.app.server import endpoints  # completions, embeddings, (de)tokenize, health, version, metrics
 from agentrt.app.server.stream import sse
 
@@ -65,12 +66,13 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
                max_budget: int | None = None, request_timeout: float | None = None,
                served_model_names: list[str] | None = None, host: str | None = None,
                allowed_origins: list[str] | None = None, default_route: str | None = None,
-               max_model_len: int | None = None) -> FastAPI:
+               max_model_len: int | None = None, metrics_open: bool = False) -> FastAPI:
     """The ASGI app serving ``agent``; ``max_body`` bytes per request, ``max_concurrency`` runs at once;
     ``api_key``, ``max_budget``, ``request_timeout``: the door; ``served_model_names``: the names
     ``/v1/models`` lists and requests may ask for (default: ``agentrt`` and the policy's name);
     ``default_route``: the route of a request that names none (None: the router decides);
-    ``max_model_len``: a prompt plus ``max_tokens`` beyond it is a 400 (default: the model's context)."""
+    ``max_model_len``: a prompt plus ``max_tokens`` beyond it is a 400 (default: the model's context);
+    ``metrics_open``: ``/metrics`` answers without the key (for a scraper; the operator's choice)."""
     app = FastAPI(title="agentrt", version="0.1.0", docs_url=None, redoc_url=None)
     slots = asyncio.Semaphore(max_concurrency)
     names = served_names(agent, served_model_names)
@@ -78,7 +80,7 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
     speed = DecodeSpeed(agent.settings.serve_decode_tokens_per_s)  # for max_latency_s (server.latency)
     context_cap = max_model_len or agent.policy.context_length
     if api_key:
-        app.add_middleware(ApiKeyGate, key=api_key)
+        app.add_middleware(ApiKeyGate, key=api_key, also_open=frozenset({"/metrics"} if metrics_open else ()))
     guard_door(app, host, allowed_origins)  # outside the key: CORS preflights, Host/Origin/content type, disconnects
     # outermost: /metrics counts every response; the routes below run on the agent it returns (runs counted)
     # and every run (streamed or not) measures the decode speed max_latency_s goes by
@@ -107,27 +109,7 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
                                             "max_model_len": context_cap} for name in names]
                 + endpoints.embedding_models()}
 
-    @app.post("/v1/feedback")
-    async def feedback(request: Request) -> Any:
-        """A user's verdict on a response (its ``id``): ``correct`` true/false or ``reward`` in [0, 1]."""
-        try:
-            data = parse_body(await request.body())
-        except BadBody as e:
-            return _error(400, str(e), param=e.param)
-        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-            return _error(400, "the body must be a JSON object with the response's \"id\" and \"correct\" or "
-                               "\"reward\"", param="id")
-        correct, reward = data.get("correct"), data.get("reward")
-        if correct is not None and not isinstance(correct, bool):
-            return _error(400, "correct must be true or false", param="correct")
-        try:
-            entry = await asyncio.to_thread(agent.feedback, data["id"], reward=reward, correct=correct,
-                                            note=str(data.get("note") or ""), source="server")
-        except UserError as e:
-            unknown = str(e).startswith("no run ")
-            return _error(404 if unknown else 400, str(e), param="id" if unknown else "reward",
-                          code="run_not_found" if unknown else None)
-        return {"object": "feedback", "id": data["id"], **entry}
+    feedback.register(app, agent, max_body=max_body)  # POST /v1/feedback: served, stored runs only, bounded
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
