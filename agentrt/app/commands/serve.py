@@ -29,8 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     front = p.add_argument_group("Frontend", "the HTTP server and its door")
     front.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     front.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    front.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}; "
-                                         "/healthz stays open)")
+    front.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on every path but /healthz and "
+                                         "/health: /v1/*, /metrics, /version, /tokenize, /detokenize (default: "
+                                         f"${API_KEY_ENV})")
+    front.add_argument("--metrics-open", action="store_true",
+                       help="leave /metrics open without the API key, for a Prometheus scraper (it shows request "
+                            "counts, latencies, routes and token totals, no request content)")
     front.add_argument("--insecure", action="store_true",
                        help="allow binding a non-loopback address without an API key (anyone who reaches it can run "
                             "the model)")
@@ -59,12 +63,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="share of requests routed epsilon-greedy, propensities logged, so traffic with feedback is "
                           "learnable (agentrt learn --traffic); default: the serve_explore setting (0.05); 0: off")
     add_corpus_arg(own)  # --corpus NAME|PATH: what the plan route searches
+    from agentrt.app.commands._vllm_flags import add_vllm_flags
+
+    add_vllm_flags(p)  # vllm serve's launch flags: the engine's go to a vllm: policy, the rest are warned
     p.set_defaults(func=cmd_serve)
 
 
-def door(args: argparse.Namespace) -> tuple[str | None, str | None]:
+def door(args: argparse.Namespace, what: str = "run the model",
+         command: str = "agentrt serve") -> tuple[str | None, str | None]:
     """The API key (flag, else $AGENTRT_API_KEY) and a warning to print, or an InputError when the
-    address is reachable from other machines and nothing locks it."""
+    address is reachable from other machines and nothing locks it (``what`` anyone could do then;
+    ``agentrt env serve`` shares this door)."""
     from agentrt.app.server.door import is_loopback
     from agentrt.core.errors import InputError
 
@@ -74,15 +83,15 @@ def door(args: argparse.Namespace) -> tuple[str | None, str | None]:
     if key or is_loopback(args.host):
         return key, None
     if not args.insecure:
-        raise InputError(f"refusing to serve on {args.host} without an API key: anyone who can reach it could run the "
-                         f"model; pass --api-key KEY (or set {API_KEY_ENV}), bind 127.0.0.1, or add --insecure")
-    return None, (f"agentrt serve: warning: serving on {args.host} without an API key (--insecure): anyone who can "
-                  "reach this address can run the model")
+        raise InputError(f"refusing to serve on {args.host} without an API key: anyone who can reach it could "
+                         f"{what}; pass --api-key KEY (or set {API_KEY_ENV}), bind 127.0.0.1, or add --insecure")
+    return None, (f"{command}: warning: serving on {args.host} without an API key (--insecure): anyone who can "
+                  f"reach this address can {what}")
 
 
 def policy_spec(positional: str | None, flag: str | None) -> str | None:
-    """The policy spec of ``serve [MODEL]`` / ``--model``: a backend spec as given, a local folder as
-    ``hf:FOLDER``; None when neither is given (the settings' policy)."""
+    """The policy spec of ``serve [MODEL]`` / ``--model``: a backend spec as given, a local folder (or
+    ``.gguf`` file, converted once) as ``hf:PATH``; None when neither is given (the settings' policy)."""
     from pathlib import Path
 
     from agentrt.core.errors import InputError
@@ -92,8 +101,9 @@ def policy_spec(positional: str | None, flag: str | None) -> str | None:
     value = positional or flag
     if value is None:
         return None
-    if Path(value).expanduser().is_dir():
-        return f"hf:{Path(value).expanduser().resolve()}"
+    path = Path(value).expanduser()
+    if path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf"):
+        return f"hf:{path.resolve()}"
     if ":" in value:
         return value
     raise InputError(f"model {value!r} is neither a backend spec (hf:embedded, hf:PATH, vllm:PATH, openai:URL#MODEL) "
@@ -144,6 +154,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InputError(f"--max-model-len must be a positive number of tokens, got {args.max_model_len}")
     template = chat_template(args.chat_template) if args.chat_template is not None else None
     settings = load_settings(args.config, policy=policy_spec(args.model_tag, args.policy))
+    from agentrt.app.commands._vllm_flags import engine_spec
+
+    spec, ignored = engine_spec(settings.policy, args)
+    if ignored:
+        print(ignored, file=sys.stderr, flush=True)
+    if spec != settings.policy:  # a planner on the same spec keeps sharing the one engine
+        same = {"planner": spec} if settings.planner == settings.policy else {}
+        settings = settings.model_copy(update={"policy": spec, **same})
     explore = settings.serve_explore if args.explore is None else args.explore
     if not 0 <= explore <= 0.5:
         raise InputError(f"--explore must be in [0, 0.5] (a share of requests), got {explore}")
@@ -177,5 +195,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(agent, args.host, args.port, max_body=args.max_body, max_concurrency=args.max_concurrency, api_key=key,
           max_budget=args.max_budget, request_timeout=args.request_timeout, served_model_names=names,
           allowed_origins=args.allowed_origins, default_route=None if args.route == "auto" else args.route,
-          max_model_len=args.max_model_len)
+          max_model_len=args.max_model_len, metrics_open=args.metrics_open)
     return 0

@@ -38,6 +38,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
 
 from agentrt.app.server.fields import take_vllm_fields
 from agentrt.app.server.latency import DecodeSpeed, Measured, route_headers
+from agentrt.app.server.offload import offload
 from agentrt.app.server.request import ChatRequest, RequestError
 from agentrt.app.server.run import error_for, plan_request, routed_stream, run_plan
 from agentrt.core.request import explain
@@ -111,11 +112,9 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
 
     feedback.register(app, agent, max_body=max_body)  # POST /v1/feedback: served, stored runs only, bounded
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        data = await read_object(request, max_body)
-        if isinstance(data, JSONResponse):
-            return data
+    def prepare_chat(data: dict[str, Any]) -> Any:
+        """(In the work thread: its cost grows with the messages) the body as a request, its model and its
+        run, or the 4xx to send."""
         try:
             ignored = take_vllm_fields(data)  # vLLM's extras: honoured by ChatRequest, or warned; images: a 400
         except RequestError as e:
@@ -134,10 +133,21 @@ def create_app(agent: Agent, *, max_body: int = DEFAULT_MAX_BODY, max_concurrenc
                                 context_cap=context_cap, warnings=ignored)
         except (UserError, BackendError) as e:  # RequestError is a UserError
             return error_for(e)
+        return req, model, plan
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        data = await read_object(request, max_body)
+        if isinstance(data, JSONResponse):
+            return data
+        prepared = await offload(prepare_chat, data)
+        if isinstance(prepared, JSONResponse):
+            return prepared
+        req, model, plan = prepared
         created = int(time.time())
         if req.stream:
             return await routed_stream(sse(agent, slots, plan, req, model, created, request_timeout, tokenizer))
-        result = await run_plan(agent, slots, plan, request_timeout)
+        result = await run_plan(agent, slots, plan, request_timeout, request)  # cancelled if the client leaves
         if isinstance(result, JSONResponse):
             return result
         return JSONResponse(completion(result, plan, model, created, tokenizer),

@@ -6,7 +6,8 @@
   surrogate (``"\\ud800"``) anywhere. The depth is measured before parsing, in C-speed passes, so a
   200k-deep body costs a scan, never a RecursionError.
 * ``ApiKeyGate``: an ASGI middleware; every path but ``/healthz`` needs ``Authorization: Bearer KEY``,
-  compared in constant time (digests of both sides, so not even the length leaks).
+  compared in constant time (digests of both sides, so not even the length leaks); a WebSocket handshake
+  too (``refuse``: the 401 as the handshake's answer).
 * ``read_object`` / ``read_json``: a request's body, size-capped while it streams, through ``parse_body``, as a JSON
   object / validated as a pydantic model (each refusal the 4xx to send).
 * ``is_loopback``: whether a bind address only this machine can reach.
@@ -25,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse
 
+from agentrt.app.server.offload import INLINE_BYTES, offload
 from agentrt.app.server.specs import request_router
 from agentrt.core.request import explain
 
@@ -60,10 +62,11 @@ class BadBody(ValueError):
         self.param = param
 
 
-async def read_object(request: Any, max_body: int) -> dict[str, Any] | JSONResponse:
+async def read_object(request: Any, max_body: int, then: Any = None) -> Any:
     """A request's body as a JSON object, or the 4xx ``JSONResponse`` to send instead: over ``max_body``
-    (declared or streamed: 413), not parseable (``parse_body``: 400), not an object (400). Every endpoint's
-    body comes through here."""
+    (declared or streamed: 413, and no more of it is read), not parseable (``parse_body``: 400), not an object
+    (400). Every endpoint's body comes through here. ``then(data)``: more work on the object (validation),
+    done with the parsing: a body over ``offload.INLINE_BYTES`` is parsed in the work thread, not the loop."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_body:
         return error_response(413, f"request body is {declared} bytes; the limit is {max_body}")
@@ -72,25 +75,29 @@ async def read_object(request: Any, max_body: int) -> dict[str, Any] | JSONRespo
         body += chunk
         if len(body) > max_body:
             return error_response(413, f"request body is over the {max_body}-byte limit")
-    try:
-        data = parse_body(bytes(body))
-    except BadBody as e:
-        return error_response(400, str(e), param=e.param)
-    if not isinstance(data, dict):
-        return error_response(400, "the body must be a JSON object")
-    return data
+
+    def parse(raw: bytes) -> Any:
+        try:
+            data = parse_body(raw)
+        except BadBody as e:
+            return error_response(400, str(e), param=e.param)
+        if not isinstance(data, dict):
+            return error_response(400, "the body must be a JSON object")
+        return data if then is None else then(data)
+
+    return parse(bytes(body)) if len(body) <= INLINE_BYTES else await offload(parse, bytes(body))
 
 
 async def read_json(request: Any, max_body: int, model: type[BaseModel]) -> Any:
     """The request's body as ``model``, or the 4xx ``JSONResponse`` to send instead."""
-    data = await read_object(request, max_body)
-    if isinstance(data, JSONResponse):
-        return data
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        message, where = explain(e, model)
-        return error_response(400, message, param=where)
+    def validate(data: dict[str, Any]) -> Any:
+        try:
+            return model.model_validate(data)
+        except ValidationError as e:
+            message, where = explain(e, model)
+            return error_response(400, message, param=where)
+
+    return await read_object(request, max_body, validate)
 
 
 def nesting_depth(raw: bytes) -> int:
@@ -174,11 +181,13 @@ def _digest(value: bytes) -> bytes:
 
 
 class ApiKeyGate:
-    """ASGI middleware: a request to any path but ``OPEN_PATHS`` needs ``Authorization: Bearer <key>``."""
+    """ASGI middleware: a request to any path but ``OPEN_PATHS`` (and ``also_open``: ``/metrics`` when an
+    operator opens it to a scraper, ``agentrt serve --metrics-open``) needs ``Authorization: Bearer <key>``."""
 
-    def __init__(self, app: Any, key: str) -> None:
+    def __init__(self, app: Any, key: str, also_open: frozenset[str] = frozenset()) -> None:
         self.app = app
         self._key = _digest(key.encode("utf-8"))
+        self._open = OPEN_PATHS | also_open
 
     def allowed(self, headers: list[tuple[bytes, bytes]]) -> bool | None:
         """True for the right key, False for a wrong one, None when no bearer key was sent."""
@@ -191,7 +200,7 @@ class ApiKeyGate:
         return hmac.compare_digest(_digest(token.strip()), self._key)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+        if scope["type"] in ("http", "websocket") and scope["path"] not in self._open:
             verdict = self.allowed(scope.get("headers") or [])
             if not verdict:
                 message = ("incorrect API key provided" if verdict is False else
@@ -199,9 +208,19 @@ class ApiKeyGate:
                 response = error_response(401, message + " (the key this server was started with: --api-key or "
                                           "AGENTRT_API_KEY)", kind="authentication_error", code="invalid_api_key",
                                           headers={"WWW-Authenticate": "Bearer"})
-                await response(scope, receive, send)
+                await refuse(response, scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+async def refuse(response: JSONResponse, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Send ``response`` instead of running the app: an HTTP request gets it as is; a WebSocket handshake gets
+    it as the handshake's answer where the server can send one (ASGI's denial-response extension, uvicorn's),
+    else a close before accepting, which the server turns into a 403."""
+    if scope["type"] == "websocket" and "websocket.http.response" not in (scope.get("extensions") or {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await response(scope, receive, send)
 
 
 def is_loopback(host: str) -> bool:
@@ -216,4 +235,4 @@ def is_loopback(host: str) -> bool:
 
 
 __all__ = ["ApiKeyGate", "BadBody", "MAX_DEPTH", "MAX_INT_DIGITS", "error_response", "is_loopback", "nesting_depth",
-           "parse_body"]
+           "parse_body", "refuse"]

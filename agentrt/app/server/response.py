@@ -121,10 +121,12 @@ def usage(result: Result) -> dict[str, Any]:
     return out
 
 
-def agentrt_extra(result: Result, streamed: str | None = None, warnings: list[str] | None = None) -> dict[str, Any]:
+def agentrt_extra(result: Result, streamed: str | None = None, warnings: list[str] | None = None,
+                  reason: str = "") -> dict[str, Any]:
     """The ``agentrt`` object: the run's route, reason, status, trajectory id and budget; ``warnings``: the
-    request's fields that were accepted but ignored (agentrt.app.server.fields)."""
-    extra = {"route": result.route, "reason": result.reason, "status": result.status,
+    request's fields that were accepted but ignored (agentrt.app.server.fields); ``reason``: why the server
+    fixed the route before the run (``RunPlan.route_reason``), else the run's own (the router's)."""
+    extra = {"route": result.route, "reason": reason or result.reason, "status": result.status,
              "trajectory_id": result.trajectory_id, "budget": result.budget, "truncated": result.truncated}
     if not result.answer and result.status != "ok":  # why there is no answer (the partial text stays in the record)
         extra["error"] = result.error
@@ -150,7 +152,7 @@ def completion(result: Result, plan: RunPlan, model: str, created: int, tokenize
         "choices": [{"index": c.index, "message": c.message(result.thought if c.index == 0 else None),
                      "finish_reason": c.finish_reason, "logprobs": c.logprobs_obj()}
                     for c in choices(result, plan, tokenizer)],
-        "usage": usage(result), "agentrt": agentrt_extra(result, warnings=plan.warnings),
+        "usage": usage(result), "agentrt": agentrt_extra(result, warnings=plan.warnings, reason=plan.route_reason),
     }
 
 

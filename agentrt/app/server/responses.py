@@ -235,7 +235,7 @@ def chat_body(req: ResponsesRequest, history: list[dict[str, Any]]) -> tuple[dic
             "tools": tools, "tool_choice": choice, "parallel_tool_calls": req.parallel_tool_calls,
             "response_format": _response_format(req.text), "logprobs": logprobs, "top_logprobs": req.top_logprobs,
             "metadata": req.metadata, "user": req.user, "budget": req.budget, "route": req.route, "router": req.router,
-            "samples": req.samples, "thinking_cap": req.thinking_cap, "seed": req.seed, "top_k": req.top_k,
+            "samples": req.samples, "thinking_cap": req.thinking_cap, "seed": req.seed, "top_k": req.top_k, "store": req.store,
             "min_p": req.min_p, "repetition_penalty": req.repetition_penalty, "max_latency_s": req.max_latency_s}
     return {k: v for k, v in body.items() if v is not None}, messages
 

@@ -156,7 +156,7 @@ def _ending(result: Any, plan: RunPlan, req: ChatRequest, streamed: str | None, 
             parts.append({"choices_": [_delta(c.index, content=c.content)]})
     for c in outs:
         parts.append({"choices_": [_delta(c.index, c.finish_reason, c.logprobs_obj())],
-                      "agentrt": agentrt_extra(result, mismatch, plan.warnings)})
+                      "agentrt": agentrt_extra(result, mismatch, plan.warnings, plan.route_reason)})
     if req.stream_options and req.stream_options.include_usage:
         parts.append({"choices_": [], "usage": usage(result)})
     return parts
