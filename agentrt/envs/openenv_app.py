@@ -11,6 +11,9 @@ ids), else ``seed`` (a seeded draw), else the next one in turn.
   ``tools``, ``item_id``, ``episode_id``, ``info`` (the episode's counters: steps, tokens, end reason, ...),
   ``done`` and ``reward`` (the episode's at ``done``, else 0).
 
+The door is ``agentrt serve``'s (``make_app``): an API key, Host/Origin checks (WebSocket handshakes too),
+JSON-only bodies, a body cap (HTTP and WebSocket messages), loopback by default.
+
 OpenEnv's WebSocket ``/ws`` keeps one environment per connection (its client, ``openenv.core.GenericEnvClient``,
 talks to it). Its HTTP ``/reset`` and ``/step`` build a fresh environment per request, so an episode is found
 again by the ``episode_id`` that ``reset`` returned (pass it in the ``/step`` body beside ``action``); the
@@ -37,6 +40,11 @@ try:
     from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 except ImportError:  # pragma: no cover - the extra is missing
     raise missing_extra("openenv-core", "envs") from None
+
+# agentrt serve's door (the server extra comes with envs: fastapi, uvicorn)
+from agentrt.app.server import DEFAULT_MAX_BODY  # noqa: E402
+from agentrt.app.server.door import ApiKeyGate  # noqa: E402
+from agentrt.app.server.guard import BodyCap, guard_door, uvicorn_options  # noqa: E402
 
 KINDS = ("suite", "search", "strategy")
 TOOLS = {"suite": ("answer",), "search": ("search", "open", "answer"), "strategy": ("choose",)}
@@ -204,23 +212,36 @@ class AgentrtEnvironment(Environment[EnvAction, EnvObservation, State]):
                               info={k: v for k, v in counters.items() if k != "episode_id"})
 
 
-def make_app(spec: EnvSpec, *, max_sessions: int = 64) -> Any:
-    """OpenEnv's FastAPI app (``create_app``: /reset, /step, /state, /schema, /health, /ws) serving ``spec``."""
-    return create_app(lambda: AgentrtEnvironment(spec), EnvAction, EnvObservation, env_name=spec.name,
-                      max_concurrent_envs=max_sessions)
+def make_app(spec: EnvSpec, *, max_sessions: int = 64, api_key: str | None = None, host: str | None = None,
+             allowed_origins: list[str] | None = None, max_body: int = DEFAULT_MAX_BODY) -> Any:
+    """OpenEnv's FastAPI app (``create_app``: /reset, /step, /state, /schema, /health, /ws) serving ``spec``,
+    behind ``agentrt serve``'s door: ``api_key`` (every path but /health, the WebSocket handshake included),
+    ``host`` and ``allowed_origins`` (Host/Origin checks, JSON-only bodies, header caps: ``guard_door``) and
+    ``max_body`` (a bigger body is a 413, declared or streamed: ``BodyCap``)."""
+    app = create_app(lambda: AgentrtEnvironment(spec), EnvAction, EnvObservation, env_name=spec.name,
+                     max_concurrent_envs=max_sessions)
+    app.add_middleware(BodyCap, max_body=max_body)  # innermost: a keyless client is refused before any body
+    if api_key:
+        app.add_middleware(ApiKeyGate, key=api_key)
+    guard_door(app, host, allowed_origins)  # outermost: Host/Origin/content type, CORS only where allowed
+    return app
 
 
 def serve(spec: EnvSpec, *, host: str = "127.0.0.1", port: int = 8000, max_sessions: int = 64,
-          on_ready: Callable[[], None] | None = None) -> None:
-    """Serve ``spec`` with uvicorn until interrupted."""
+          on_ready: Callable[[], None] | None = None, api_key: str | None = None,
+          allowed_origins: list[str] | None = None, max_body: int = DEFAULT_MAX_BODY) -> None:
+    """Serve ``spec`` with uvicorn until interrupted (the door: ``make_app``; a WebSocket message over
+    ``max_body`` bytes closes its connection, 1009)."""
     try:
         import uvicorn
     except ImportError:  # pragma: no cover
         raise missing_extra("uvicorn", "envs") from None
-    app = make_app(spec, max_sessions=max_sessions)
+    app = make_app(spec, max_sessions=max_sessions, api_key=api_key, host=host, allowed_origins=allowed_origins,
+                   max_body=max_body)
     if on_ready is not None:
         app.router.on_startup.append(on_ready)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, ws_max_size=max_body,
+                **uvicorn_options())
 
 
 __all__ = ["AgentrtEnvironment", "EnvAction", "EnvItem", "EnvObservation", "EnvSpec", "KINDS", "TOOLS", "make_app",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.core.errors import InputError
+from agentrt.core.errors import ConfigError, InputError
 from agentrt.trajectory.rewards import CHEAT_PENALTY, HEDGE_PENALTY, score, unit_tests, verifier_for
 
 # Real rows shipped with the tests (tests/data/LICENSES.md): GSM8K, MATH-500 and IFEval excerpts.
@@ -130,6 +130,39 @@ def test_code_sandbox_limits():
     assert r.score == 0.0 and r.components["passed"] == 0.0, r
     r = unit_tests("def has_close_elements(n, t)\n    return True\n", task["test"], task["entry_point"])
     assert r.score == 0.0 and "syntax error" in r.reason
+
+
+def test_code_answers_run_only_inside_the_python_sandbox(tmp_path):
+    """issue 56: each hostile answer is right only where its attack reached the host (so a 1 would mean it did);
+    the files it writes are not written; a right answer still scores 1."""
+    task = _humaneval(1)[0]
+    secret = tmp_path / "secret.txt"  # a file of the grading user
+    secret.write_text("s3cret")
+    attacks = {
+        "system": f"    import os\n    if os.system('id > {tmp_path}/id.txt') != 0:\n        return None\n",
+        "write": f"    open('{tmp_path}/written.txt', 'w').write('pwned')\n",
+        "shadow": "    if not open('/etc/shadow').read():\n        return None\n",
+        "secret": f"    if open('{secret}').read() != 's3cret':\n        return None\n",
+        "forged report": "    print('{\"state\": \"done\", \"passed\": 7, \"total\": 7}')\n    return None\n",
+    }
+    for name, lines in attacks.items():
+        r = score("unit_tests", lines + task["canonical_solution"], _gt(task))
+        assert r.score == 0.0, (name, r)
+    assert not (tmp_path / "id.txt").exists() and not (tmp_path / "written.txt").exists()
+    assert score("unit_tests", task["canonical_solution"], _gt(task)).score == 1.0
+
+
+def test_the_code_grader_refuses_to_run_code_without_a_sandbox(monkeypatch):
+    """No launcher works (forced here): a ConfigError saying how to enable one, never a plain subprocess; the
+    user's opt-in to the sandbox's unsafe mode (AGENTRT_ALLOW_PYTHON=unsafe) grades there."""
+    task = _humaneval(1)[0]
+    monkeypatch.setenv("AGENTRT_SANDBOX_LAUNCHERS", "none")
+    monkeypatch.delenv("AGENTRT_ALLOW_PYTHON", raising=False)
+    with pytest.raises(ConfigError, match="unit_tests grader runs answers as code only inside the python sandbox"):
+        score("unit_tests", task["canonical_solution"], _gt(task))
+    monkeypatch.setenv("AGENTRT_ALLOW_PYTHON", "unsafe")
+    assert score("unit_tests", task["canonical_solution"], _gt(task)).score == 1.0
+    assert score("unit_tests", "    return None\n", _gt(task)).score == 0.0
 
 
 def _ifeval_rows() -> list[dict]:

@@ -8,6 +8,9 @@ NAME: ``suite:SUITE`` (every eval suite; single-turn items), ``search:CORPUS`` (
 bundled corpora with their questions; or a collection NAME / a PATH to index, with ``--suite`` for the
 questions), ``strategy`` (questions of ``--suite``, default the router's dev sets). The eval harness (suites,
 their verifiers, their corpora) is imported here, lazily: the runtime never imports it.
+
+The door is ``agentrt serve``'s: ``--api-key`` (or $AGENTRT_API_KEY; a non-loopback ``--host`` without one is
+refused unless ``--insecure``), ``--allowed-origins``, ``--max-body`` (requests and WebSocket messages).
 """
 
 from __future__ import annotations
@@ -40,7 +43,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--lam", type=float, help="strategy: token weight of the reward (default: router_lambda, 0.3)")
     s.add_argument("--policy", help="strategy: the policy backend spec the routes run on (default hf:embedded)")
     s.add_argument("--max-sessions", type=int, default=64, help="WebSocket sessions at once (default 64)")
-    s.add_argument("--insecure", action="store_true", help="allow a non-loopback --host (the server has no API key)")
+    # agentrt serve's door: the same flags, the same checks (agentrt.app.server.door, guard)
+    s.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every path but /health, the WebSocket "
+                                     "handshake included (default: $AGENTRT_API_KEY)")
+    s.add_argument("--insecure", action="store_true",
+                   help="allow binding a non-loopback address without an API key (anyone who reaches it can step "
+                        "episodes and have answers graded)")
+    s.add_argument("--allowed-origins", nargs="+", metavar="ORIGIN", default=None,
+                   help="web pages (scheme://host[:port], or *) whose browsers may call this server (CORS); by "
+                        "default only pages on the bind address or loopback")
+    s.add_argument("--max-body", type=int, default=1 << 20,
+                   help="largest request body and WebSocket message in bytes (default 1 MiB)")
     s.set_defaults(func=cmd_serve)
     ls = cmds.add_parser("list", help="the environments `agentrt env serve` takes")
     ls.set_defaults(func=cmd_list)
@@ -71,26 +84,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InputError(f"unknown environment {args.name!r}; use suite:SUITE, search:CORPUS or strategy "
                          "(see `agentrt env list`)")
     _check(args)
+    from agentrt.app.commands.serve import door
+
+    key, warning = door(args, "step episodes and have answers graded", "agentrt env serve")
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     settings = load_settings(args.config, **({"policy": args.policy} if args.policy else {}))
     spec = build_spec(kind, arg, args, settings)
     from agentrt.envs.openenv_app import serve
 
     def ready() -> None:
         print(f"agentrt env: serving {spec.name} ({len(spec.items)} questions) on http://{args.host}:{args.port} "
-              f"(WebSocket /ws, HTTP /reset /step /state)", file=sys.stderr, flush=True)
+              f"(WebSocket /ws, HTTP /reset /step /state){' (API key required)' if key else ''}", file=sys.stderr,
+              flush=True)
 
-    serve(spec, host=args.host, port=args.port, max_sessions=args.max_sessions, on_ready=ready)
+    serve(spec, host=args.host, port=args.port, max_sessions=args.max_sessions, on_ready=ready, api_key=key,
+          allowed_origins=args.allowed_origins, max_body=args.max_body)
     return 0
 
 
 def _check(args: argparse.Namespace) -> None:
-    from agentrt.app.server.door import is_loopback
     from agentrt.core.errors import InputError
 
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port must be in 0..65535, got {args.port}")
     for flag, value in (("--budget", args.budget), ("--max-steps", args.max_steps), ("--k", args.k),
-                        ("--max-sessions", args.max_sessions)):
+                        ("--max-sessions", args.max_sessions), ("--max-body", args.max_body)):
         if value < 1:
             raise InputError(f"{flag} must be >= 1, got {value}")
     if args.limit is not None and args.limit < 1:
@@ -99,9 +118,6 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--holdout must be in (0, 1), got {args.holdout}")
     if args.lam is not None and args.lam < 0:
         raise InputError(f"--lam must be >= 0, got {args.lam}")
-    if not (args.insecure or is_loopback(args.host)):
-        raise InputError(f"refusing to serve on {args.host}: the environment server has no API key; use a loopback "
-                         "--host (127.0.0.1) or pass --insecure")
 
 
 def _items(suites: list[str], args: argparse.Namespace) -> list[Any]:

@@ -1,14 +1,16 @@
 """The server's guards against clients it did not mean to have: browsers, hostile headers, slow senders.
 
-* ``BrowserGate`` (ASGI middleware, every path): at most ``MAX_HEADERS`` headers (431); a ``Host`` that is
-  the bind address (a loopback name when bound to loopback; anything when bound to all interfaces, where
-  the API key is the lock) and an ``Origin``, when sent, that is the bind host, a loopback page, or one of
-  ``--allowed-origins``, else 403 (DNS rebinding, cross-site pages); a POST/PUT/PATCH body must be
-  ``application/json`` (415): a browser sends a cross-site ``text/plain`` or form POST without asking.
+* ``BrowserGate`` (ASGI middleware, every path, WebSocket handshakes too): at most ``MAX_HEADERS`` headers
+  (431); a ``Host`` that is the bind address (a loopback name when bound to loopback; anything when bound
+  to all interfaces, where the API key is the lock) and an ``Origin``, when sent, that is the bind host, a
+  loopback page, or one of ``--allowed-origins``, else 403 (DNS rebinding, cross-site pages); a
+  POST/PUT/PATCH body must be ``application/json`` (415): a browser sends a cross-site ``text/plain`` or
+  form POST without asking.
 * ``GuardedH11``: uvicorn's h11 protocol with a deadline on reading a request: a connection that has not
   sent a whole request (head and body) ``READ_TIMEOUT`` seconds after it opened or after its previous
   response is closed (an idle keep-alive, a slowloris). The head's size is capped by
   ``h11_max_incomplete_event_size`` (``MAX_HEAD_BYTES``), see ``uvicorn_options``.
+* ``BodyCap``: the body cap as middleware, for routes that read bodies themselves (``agentrt env serve``).
 * ``log_disconnect``: a client that went away mid-request is one log line, not a traceback.
 """
 
@@ -21,7 +23,7 @@ from urllib.parse import urlsplit
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agentrt.app.server.door import error_response, is_loopback
+from agentrt.app.server.door import error_response, is_loopback, refuse
 
 MAX_HEAD_BYTES = 16 * 1024  # request line + headers; far above any client's (an OpenAI SDK request's is ~600 B)
 MAX_HEADERS = 100
@@ -93,7 +95,7 @@ class BrowserGate:
         origin = found.get(b"origin")
         if origin is not None and not self.origin_ok(origin.decode("latin-1")):
             return error_response(403, f"requests from the web page at {origin.decode('latin-1')[:100]!r} are not "
-                                  "accepted; the server's operator can allow it with agentrt serve --allowed-origins",
+                                  "accepted; the server's operator can allow it with --allowed-origins",
                                   kind="permission_error", code="origin_not_allowed")
         if scope.get("method") in BODY_METHODS and _has_body(found):
             kind = found.get(b"content-type", b"").decode("latin-1").partition(";")[0].strip().lower()
@@ -111,12 +113,52 @@ class BrowserGate:
         return parts.scheme in ("http", "https") and _host_of(parts.netloc) in self.page_hosts
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):  # a WebSocket handshake: Host, Origin and header caps
             response = self.refusal(scope)
             if response is not None:
-                await response(scope, receive, send)
+                await refuse(response, scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class BodyCap:
+    """ASGI middleware: an HTTP request body over ``max_body`` bytes is a 413, for apps whose routes read
+    bodies themselves (OpenEnv's). A declared ``Content-Length`` over it is answered before a byte of the body
+    is read; a streamed (chunked) body is read up to the cap, then refused. The app gets the body as one
+    message (what it would have read whole anyway)."""
+
+    def __init__(self, app: Any, max_body: int) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope.get("headers") or [] if k == b"content-length"), b"").strip()
+        if declared.isdigit() and int(declared) > self.max_body:
+            await error_response(413, f"request body is {int(declared)} bytes; the limit is {self.max_body}",
+                                 headers={"Connection": "close"})(scope, receive, send)
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left before sending it all
+                log_disconnect(scope.get("method", ""), scope.get("path", ""))
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_body:
+                await error_response(413, f"request body is over the {self.max_body}-byte limit",
+                                     headers={"Connection": "close"})(scope, receive, send)
+                return
+            if not message.get("more_body"):
+                break
+        whole: list[dict[str, Any]] = [{"type": "http.request", "body": bytes(body), "more_body": False}]
+
+        async def replay() -> dict[str, Any]:
+            return whole.pop() if whole else await receive()
+
+        await self.app(scope, replay, send)
 
 
 def _has_body(headers: dict[bytes, bytes]) -> bool:
@@ -142,6 +184,13 @@ class GuardedH11(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._arm()
+
+    def handle_websocket_upgrade(self, event: Any) -> None:
+        """A WebSocket takes the connection over (its own pings bound it): no request deadline from here on."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        super().handle_websocket_upgrade(event)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._deadline is not None:
@@ -192,5 +241,5 @@ def uvicorn_options() -> dict[str, Any]:
     return {"http": GuardedH11, "h11_max_incomplete_event_size": MAX_HEAD_BYTES, "timeout_keep_alive": KEEP_ALIVE}
 
 
-__all__ = ["BrowserGate", "GuardedH11", "guard_door", "MAX_HEADERS", "MAX_HEAD_BYTES", "READ_TIMEOUT",
+__all__ = ["BodyCap", "BrowserGate", "GuardedH11", "guard_door", "MAX_HEADERS", "MAX_HEAD_BYTES", "READ_TIMEOUT",
            "log_disconnect", "uvicorn_options"]

@@ -1,10 +1,11 @@
-"""Unit-test rewards (human-eval style): program + test + ``check(entry_point)`` in a sandboxed subprocess.
+"""Unit-test rewards (human-eval style): program + test + ``check(entry_point)`` in the python sandbox.
 
-The sandbox is a separate, isolated interpreter (``python -I``) in a fresh temporary directory with
-an empty environment, CPU-time / address-space / file-size limits, a wall-clock timeout that kills its
-whole process group, and a result channel (a private pipe plus a nonce) the candidate cannot see on
-stdout. It is a guard against accidents and the detectable cheats below, not a security boundary:
-run untrusted code from the internet in a container.
+The code a model or a client wrote runs only inside ``tools.python``'s sandbox (bubblewrap or our own
+namespaces: no network, no host files, a read-only root, uid nobody, seccomp, rlimits; threat model:
+tools/README.md), under CPU-time, memory and wall-clock limits. Where no isolating launcher works the
+grader refuses (``SandboxUnavailable``, one line saying how to enable one), unless the user opted into the
+sandbox's ``unsafe`` mode (``AGENTRT_ALLOW_PYTHON=unsafe``). The result comes back as one line holding a
+nonce, written to a private copy of the sandbox's stdout; what the candidate prints goes to /dev/null.
 
 Partial credit: every ``assert`` in ``check`` is counted on its own, so the score is the fraction
 of asserts that pass. Cheats are found statically (the program's AST) and at run time (the process
@@ -15,18 +16,17 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import re
 import secrets
-import signal
-import subprocess
-import sys
-import tempfile
+from functools import cache
 from pathlib import Path
 
 from agentrt.trajectory.rewards._base import CHEAT_PENALTY, Reward, penalized
 
-_CHILD = Path(__file__).with_name("_code_child.py")
+_CHILD = Path(__file__).with_name("_code_child.py")  # the harness the sandbox runs
+_MAX_REPORT = 4000  # characters of output kept: the report is one short line, the candidate's prints go nowhere
 
 # name -> why; matched against dotted names the program uses (calls, attributes, imports).
 _FORBIDDEN = {
@@ -158,48 +158,46 @@ def extract_code(response: str) -> str:
 
 
 def _run_child(program: str, test: str, entry_point: str, timeout_s: float, memory_mb: int) -> dict:
+    """Grade in the python sandbox (``tools.python.run_python``): the harness's report, or how the run ended."""
+    from tools.python import SandboxLimits, SandboxUnavailable, run_python  # lazily: tools/ is not a light import
+
     nonce = secrets.token_hex(16)
-    r, w = os.pipe()
-    spec = json.dumps({"program": program, "test": test, "entry_point": entry_point, "nonce": nonce, "fd": w,
-                       "cpu_s": int(timeout_s) + 1, "memory_mb": memory_mb})
-    with tempfile.TemporaryDirectory(prefix="agentrt-unit-") as cwd:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", str(_CHILD)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, cwd=cwd, env={"PATH": "/usr/bin:/bin", "HOME": cwd, "TMPDIR": cwd},
-            pass_fds=(w,), start_new_session=True,
-        )
-        os.close(w)
-        try:
-            _, stderr = proc.communicate(spec.encode(), timeout=timeout_s + 5)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            os.close(r)
-            return {"state": "timeout", "error": f"timed out after {timeout_s:g} s"}
-        finally:
-            _kill_group(proc)  # leftovers the candidate may have forked
-        with os.fdopen(r, "rb") as f:
-            raw = f.read()
+    spec = json.dumps({"program": program, "test": test, "entry_point": entry_point, "nonce": nonce})
+    cpu_s = max(1, math.ceil(timeout_s))
+    limits = SandboxLimits(cpu_s=cpu_s + 1, wall_s=timeout_s + 5, memory_mb=max(64, memory_mb),
+                           max_output_chars=_MAX_REPORT)
+    try:
+        result = run_python(_harness() + f"\nmain({spec!r})\n", limits, allow_unsafe=allow_unsafe())
+    except SandboxUnavailable as e:
+        raise SandboxUnavailable(f"the unit_tests grader runs answers as code only inside the python sandbox: "
+                                 f"{e}") from None
     report = None
-    for line in raw.decode(errors="replace").splitlines():
+    for line in result.output.splitlines():
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except ValueError:
             continue
         if isinstance(obj, dict) and obj.get("nonce") == nonce:
             report = obj
-    if report is None:
-        if proc.returncode == 0:
-            return {"state": "early_exit"}
-        tail = stderr.decode(errors="replace").strip().splitlines()
-        if proc.returncode < 0:
-            return {"state": "killed", "error": f"killed by signal {-proc.returncode} (CPU or memory limit)"}
-        return {"state": "crashed", "error": tail[-1] if tail else f"exit code {proc.returncode}"}
-    return report
+    if report is not None:
+        return report
+    if result.stopped in ("wall", "cpu"):
+        return {"state": "timeout", "error": f"timed out after {timeout_s:g} s ({result.stopped} limit)"}
+    if result.stopped == "memory":
+        return {"state": "killed", "error": f"killed: the memory limit of {limits.memory_mb} MB was reached"}
+    if result.stopped or result.signal:
+        return {"state": "killed", "error": result.observation(limits).splitlines()[0]}
+    if result.exit_code == 0:
+        return {"state": "early_exit"}
+    return {"state": "crashed", "error": f"exit code {result.exit_code}"}
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
+def allow_unsafe() -> bool:
+    """Whether the grader may fall back to the sandbox's ``unsafe`` mode where no isolating launcher works:
+    only when the user opted into it for the python tool too (``AGENTRT_ALLOW_PYTHON=unsafe``)."""
+    return os.environ.get("AGENTRT_ALLOW_PYTHON", "").strip().lower() == "unsafe"
+
+
+@cache
+def _harness() -> str:
+    return _CHILD.read_text(encoding="utf-8")

@@ -1,24 +1,25 @@
-"""The sandboxed child of agentrt.trajectory.rewards._code: reads a JSON spec on stdin, limits itself, runs
-program + test + check(entry_point), and writes one JSON line with the nonce to the result pipe.
+"""The harness of agentrt.trajectory.rewards._code, run as the code of the python sandbox (``tools.python``):
+the parent appends ``main(SPEC)`` (a JSON string: program, test, entry point, nonce) to this file's text.
 
-Runs as ``python -I _code_child.py``: imports nothing from agentrt (it must work in a bare interpreter).
+It runs program + test + check(entry_point) with every ``assert`` of ``check`` counted, and writes one JSON
+line with the nonce to a private copy of the sandbox's stdout; the candidate's own stdout and stderr go to
+/dev/null, so nothing it prints can stand in for the report. Stdlib only (it runs in a bare interpreter).
 """
 
 import json
+import linecache
 import os
-import resource
-import sys
 
 
-def main() -> None:
-    spec = json.loads(sys.stdin.read())
-    fd, nonce = spec.pop("fd"), spec.pop("nonce")
-    mb = spec["memory_mb"] * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (mb, mb))
-    resource.setrlimit(resource.RLIMIT_CPU, (spec["cpu_s"], spec["cpu_s"]))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    result = os.fdopen(fd, "w")
+def main(raw):
+    linecache.cache.pop("<python-tool>", None)  # the sandbox keeps the source for tracebacks: it holds the nonce
+    spec = json.loads(raw)
+    nonce = spec.pop("nonce")
+    report_fd = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
     counts = {"passed": 0, "total": 0}
 
     def counted_assert(fn):
@@ -44,9 +45,4 @@ def main() -> None:
             report["state"] = "error"
             report["error"] = f"{type(e).__name__}: {e}"[:300]
     report.update(counts)
-    result.write(json.dumps(report) + "\n")
-    result.flush()
-
-
-if __name__ == "__main__":
-    main()
+    os.write(report_fd, (json.dumps(report) + "\n").encode())
