@@ -3,7 +3,8 @@
 * Every test gets its own ``AGENTRT_HOME`` (a tmp dir), so trajectories never mix.
 * Converted models live in one shared folder (``AGENTRT_MODELS_DIR``, default ``~/.cache/agentrt/models``)
   so the GGUF -> fp32 conversion happens once per machine, not once per test.
-* ``embedded`` is the real SmolLM2-135M backend, loaded once per session (per test process) and shared.
+* ``embedded`` is the real SmolLM2-135M backend, loaded once per session (per test process) and shared;
+  ``qwen_model_path`` the second embedded model's converted folder (Qwen2.5-Coder-0.5B-Instruct).
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ def embedded():
     backend = load_backend("hf:embedded", Settings())
     yield backend
     backend.close()
+
+
+@pytest.fixture(scope="session")
+def qwen_model_path() -> Path:
+    """The second embedded model's fp32 folder (Qwen2.5-Coder-0.5B-Instruct, from its six wheels): assembled,
+    checked and converted once per machine into the shared models folder (~3 min the first time)."""
+    from agentrt.backends.embedded import QWEN, embedded_model_path
+    from agentrt.core.config import Settings
+
+    return embedded_model_path(Settings().models_dir, model=QWEN)
 
 
 @pytest.fixture

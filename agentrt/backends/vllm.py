@@ -230,22 +230,11 @@ def _on_cpu() -> bool:
 
 
 def from_spec(arg: str, settings: Settings) -> VLLMBackend:
-    """``vllm:embedded``, ``vllm:/path/to/hf-folder``; options after ``?``: ``vllm:DIR?tensor_parallel_size=2``."""
-    import sys
-
-    from agentrt.backends.embedded import EMBEDDED_NAME, embedded_model_path
+    """``vllm:embedded``, ``vllm:embedded:NAME``, ``vllm:/path/to/hf-folder``, ``vllm:/path/model.gguf``
+    (converted once, as ``hf:`` does); options after ``?``: ``vllm:DIR?tensor_parallel_size=2``."""
+    from agentrt.backends.embedded import resolve
 
     target, _, query = arg.partition("?")
     options = parse_options(query, ENGINE_OPTIONS, "vLLM")
-    if target == "embedded":
-        path = embedded_model_path(
-            settings.models_dir,
-            on_convert=lambda: print(
-                f"agentrt: converting the embedded model to {settings.models_dir} (once, ~30 s)...", file=sys.stderr
-            ),
-        )
-        return VLLMBackend(path, name=EMBEDDED_NAME, **options)
-    path = Path(target).expanduser()
-    if not path.is_dir():
-        raise ConfigError(f"vllm:{target}: no such model folder; give a local Hugging Face folder or vllm:embedded")
-    return VLLMBackend(path, **options)
+    path, name = resolve(target, settings.models_dir, kind="vllm")
+    return VLLMBackend(path, name=name, **options)

@@ -49,21 +49,37 @@ def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
-def _embedded() -> Fingerprint:
-    from agentrt.backends.embedded import EMBEDDED_NAME, gguf_file
+def _embedded(model: Any = None) -> Fingerprint:
+    """An embedded model's (default: SmolLM2's) fingerprint, from the names and sizes of its installed GGUF
+    files (SmolLM2's one file gives the digest it always had)."""
+    from agentrt.backends.embedded import DEFAULT, source_files
 
+    model = model or DEFAULT
     try:
-        gguf = gguf_file()
-        return Fingerprint(EMBEDDED_NAME, _digest([f"{gguf.name}:{gguf.stat().st_size}"]))
+        files = source_files(model)
+        return Fingerprint(model.name, _digest([f"{f.name}:{f.stat().st_size}" for f in files]))
     except ConfigError:  # the package is missing: the name alone (no router will match it)
-        return Fingerprint(EMBEDDED_NAME, "unknown")
+        return Fingerprint(model.name, "unknown")
+
+
+def _gguf(name: str, size: int) -> Fingerprint:
+    """A local GGUF's fingerprint (``hf:/path/model.gguf``: its stem and size), the same before and after its
+    conversion (the backend is named after the GGUF's stem)."""
+    return Fingerprint(name, _digest([f"gguf:{size}"]))
 
 
 def _folder(path: Path, name: str) -> Fingerprint:
-    from agentrt.backends.embedded import FOLDER
+    from agentrt.backends.embedded import SOURCE, by_folder
 
-    if path.name == FOLDER:  # the embedded model's converted copy: fingerprint its source
-        return _embedded()
+    model = by_folder(path.name)
+    if model is not None:  # an embedded model's converted copy: fingerprint its source
+        return _embedded(model)
+    try:  # a converted GGUF's folder: fingerprint the GGUF
+        source = json.loads((path / SOURCE).read_text(encoding="utf-8"))
+        if "file" in source:
+            return _gguf(name, int(source["size"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     files = sorted(p for p in path.glob("*") if p.is_file() and (p.suffix in (".safetensors", ".bin", ".gguf", ".pt")
                                                                    or p.name == "config.json"))
     return Fingerprint(name, _digest([f"{p.name}:{p.stat().st_size}" for p in files]) if files else "unknown")
@@ -80,11 +96,21 @@ def policy_fingerprint(policy: Any = None, spec: str | None = None) -> Fingerpri
         return Fingerprint(name, _digest([name]))  # a served model: its name is all we know
     spec = (spec or "hf:embedded").strip()
     kind, _, arg = spec.partition(":")
-    if arg == "embedded" and kind in ("hf", "vllm"):
-        return _embedded()
-    if kind in ("hf", "vllm") and Path(arg).expanduser().is_dir():
-        path = Path(arg).expanduser()
-        return _folder(path, path.name)
+    if kind in ("hf", "vllm"):
+        from agentrt.backends.embedded import embedded_model
+
+        target = arg.partition("?")[0]
+        try:
+            model = embedded_model(target)
+        except ConfigError:  # an unknown embedded name: the spec's text below, as any unknown model
+            model = None
+        if model is not None:
+            return _embedded(model)
+        path = Path(target).expanduser()
+        if path.is_dir():
+            return _folder(path, path.name)
+        if path.suffix.lower() == ".gguf" and path.is_file():
+            return _gguf(path.stem, path.stat().st_size)
     model = (arg.rpartition("#")[2] if kind == "openai" and "#" in arg else arg) or spec
     return Fingerprint(model, _digest([model]))
 

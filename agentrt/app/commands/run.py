@@ -146,10 +146,9 @@ def check_length(settings: Settings, question: str, budget: int) -> None:
     of the prompt (the chat template and system text add to it), so a refusal here is always right; the
     exact check runs when the model has loaded. Nothing is checked here when the policy's files are not
     local (``openai:``: the server reports its context when we connect, in well under a second;
-    ``hf:embedded`` before its one-time conversion) or ``tokenizers`` is missing.
+    ``hf:embedded`` or a ``.gguf`` before its one-time conversion) or ``tokenizers`` is missing.
     """
     import json
-    from pathlib import Path
 
     from agentrt.backends import parse_spec
     from agentrt.core.request import check_fit
@@ -157,13 +156,11 @@ def check_length(settings: Settings, question: str, budget: int) -> None:
     kind, arg = parse_spec(settings.policy.strip())
     if kind not in ("hf", "vllm"):
         return
-    arg = arg.split("?", 1)[0]
-    if arg == "embedded":
-        from agentrt.backends.embedded import FOLDER
+    from agentrt.backends.embedded import local_folder
 
-        folder = settings.models_dir / FOLDER
-    else:
-        folder = Path(arg).expanduser()
+    folder = local_folder(arg.split("?", 1)[0], settings.models_dir)
+    if folder is None:  # a GGUF not converted yet
+        return
     try:
         context = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
     except (OSError, ValueError):
