@@ -22,7 +22,7 @@ from agentrt.core.protocols import ModelBackend
 from agentrt.core.request import RunHooks, RunRequest, check_fit, signature
 from agentrt.router import RouteDecision, extract, make_router
 from agentrt.router.decision import cascade_unsure
-from agentrt.core.types import Usage
+from agentrt.core.types import BASE_TIER, Usage, split_action
 from agentrt.routes import CONFIDENT_ROUTES, RouteOutput, get_route
 from agentrt.routes.context import RunContext
 from agentrt.trajectory import EscalationStep, RewardBreakdown, RunTask, TaskInfo, TrajectoryRecord, TrajectoryWriter, attach_task, new_run_id
@@ -60,6 +60,7 @@ class Result:
         return {
             "answer": self.answer,
             "route": self.route,
+            "tier": split_action(self.route)[1],
             "reason": self.reason,
             "usage": {**self.usage.to_dict(), "budget": self.budget},
             "truncated": self.truncated,
@@ -89,6 +90,7 @@ class Agent:
         self.settings = settings or load_settings(**overrides)
         self._policy = policy
         self._planner = planner
+        self._tiers: dict[str, ModelBackend] = {}
         self._episodes: Any = None
         self.writer = TrajectoryWriter(self.settings.trajectory_dir)
 
@@ -108,11 +110,28 @@ class Agent:
             spec = self.settings.planner
             if spec is None or spec.strip() == self.settings.policy.strip():
                 self._planner = self.policy
+            elif spec.startswith("tier:"):  # the planner on a model tier, the searchers on the policy
+                self._planner = self.tier(spec[5:])
             else:
                 from agentrt.backends import load_backend
 
                 self._planner = load_backend(spec, self.settings)
         return self._planner
+
+    def tier(self, name: str) -> ModelBackend:
+        """The backend of model tier ``name`` (``Settings.tiers``; ``base``: the policy), loaded on first use."""
+        if name == BASE_TIER:
+            return self.policy
+        if name not in self._tiers:
+            spec = self.settings.tiers.get(name)
+            if spec is None:
+                have = ", ".join(self.settings.tiers) or "none"
+                raise InputError(f"no model tier {name!r} (tiers: {have}); add one with --tier {name}=SPEC "
+                                 f"(e.g. --tier {name}=hf:embedded:qwen2.5-coder-0.5b) or the setting tiers")
+            from agentrt.backends import load_backend
+
+            self._tiers[name] = load_backend(spec, self.settings)
+        return self._tiers[name]
 
     def run(self, question: str, **options: Any) -> Result:
         """Answer ``question`` within ``budget`` tokens (prompt + completion over all calls).
@@ -154,7 +173,7 @@ class Agent:
             if not route:
                 decision = await self._decide(ctx, hooks.router if hooks.router is not None else req.router)
                 chosen = decision.action
-            output = await get_route(chosen)(ctx, question)
+            output = await self._act(ctx, chosen, question)
             if decision is not None and decision.escalation:
                 chosen, output = await self._escalate(ctx, question, decision, chosen, output)
         except BudgetExceeded as e:
@@ -167,6 +186,14 @@ class Agent:
             raise
         truncated = any("length" in s.get("finish_reasons", []) for s in ctx.steps if s.get("name") == "answer")
         return await self._finish(ctx, chosen, output, decision, task, "truncated" if truncated else "ok", None)
+
+    async def _act(self, ctx: RunContext, action: str, question: str) -> RouteOutput:
+        """Run ``action`` (a route, or ``route@tier``: the route on that model tier's backend)."""
+        route, tier = split_action(action)
+        run = get_route(route)  # an unknown route is refused before a tier loads
+        if tier != BASE_TIER:
+            ctx.policy = await asyncio.to_thread(self.tier, tier)
+        return await run(ctx, question)
 
     def _start(self, req: RunRequest, hooks: RunHooks) -> RunContext:
         """Check that the request fits the model and its budget (before any token is spent); open its RunContext."""
@@ -248,7 +275,7 @@ class Agent:
                                       confidence=None if confidence is None else round(confidence, 4),
                                       stated_confidence=output.confidence))
             try:
-                output, chosen = await get_route(stronger)(ctx, question), stronger
+                output, chosen = await self._act(ctx, stronger, question), stronger
             except BudgetExceeded:
                 break  # keep the answer we have: it is complete, just less sure
             except Exception as e:  # a stronger route that fails must not lose the answer we have
@@ -267,6 +294,8 @@ class Agent:
             ctx.record(self.episodes.add_run(ctx.question, route, output.answer, tokens=ctx.budget.spent,
                                              trajectory_id=ctx.run_id))
         record = await asyncio.to_thread(self._write, ctx, route, output, task, status, error)
+        if self.settings.tiers:
+            await asyncio.to_thread(self._record_speeds, ctx)
         reward = record.rewards.get("eval") if task is not None else None
         return Result(
             answer=output.answer, route=route, usage=Usage(record.usage["prompt_tokens"], record.usage["completion_tokens"]),
@@ -277,6 +306,22 @@ class Agent:
             decision=decision.model_dump() if decision else None, reward=reward, record=record,
             confidence=record.confidence, confidence_status=record.confidence_status, partial=partial, error=error,
         )
+
+    def _record_speeds(self, ctx: RunContext) -> None:
+        """Fold this run's model calls into each tier's measured seconds per token (agentrt.router.tiers)."""
+        from agentrt.router.tiers import record_speed
+
+        specs = {self.policy.name: self.settings.policy}
+        specs.update({b.name: self.settings.tiers[t] for t, b in self._tiers.items()})
+        per: dict[str, list[float]] = {}
+        for step in ctx.steps:
+            spec = specs.get(step.get("model", "")) if step.get("kind") == "model_call" else None
+            if spec is not None:
+                got = per.setdefault(spec, [0.0, 0.0])
+                got[0] += float(step.get("latency_s") or 0.0)
+                got[1] += step["usage"].get("prompt_tokens", 0) + step["usage"].get("completion_tokens", 0)
+        for spec, (seconds, tokens) in per.items():
+            record_speed(self.settings.home, spec, seconds, int(tokens))
 
     def _write(self, ctx: RunContext, route: str, output: RouteOutput, task: RunTask | TaskInfo | None,
                status: str, error: str | None) -> TrajectoryRecord:

@@ -55,7 +55,7 @@ class ScriptedBackend:
             choices.append(Choice(out, list(range(n)), [-0.1] * n if params.logprobs else None, finish))
         prompt = self.count_tokens(messages)
         usage = Usage(prompt, sum(len(c.token_ids) for c in choices))
-        return Completion(choices, list(range(prompt)), usage, self.name)
+        return Completion(choices, list(range(prompt)), usage, self.name, latency_s=self.delay_s)  # the time it "took"
 
 
 def from_spec(arg: str, settings: Settings) -> ScriptedBackend:

@@ -17,11 +17,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from agentrt.core.confidence import ConfidenceMode
 from agentrt.core.errors import ConfigError
 from agentrt.core.files import MiB, read_text_capped
+from agentrt.core.types import check_tier_name
 
 DEFAULT_BUDGET = 1024
 
@@ -124,11 +125,22 @@ class Settings(BaseModel):
     home: Path = Field(default_factory=default_home)
     policy: str = "hf:embedded"
     planner: str | None = None
+    # Model tiers beside the policy (the base tier): name -> backend spec, e.g. {"large":
+    # "hf:embedded:qwen2.5-coder-0.5b"}. The router then chooses a route and a tier for it (``read@large``; the
+    # answering routes of agentrt.core.types.TIER_ROUTES), each priced in ``cost_unit``. A tier loads on first use.
+    tiers: dict[str, str] = {}
+    # The unit the router prices an action in: seconds (expected tokens x the tier's seconds per token, measured
+    # from this home's runs; the budget is priced at the slowest tier's speed) or tokens (every tier alike).
+    cost_unit: Literal["seconds", "tokens"] = "seconds"
     torch_threads: int = Field(default=1, ge=1)
     # Threads for the hf batcher's wide passes (prompts, several rows); 0 = all cores. One-row decode
     # steps are memory-bound and gain nothing from more threads; wide passes do (8 x 128 tokens on 2
     # cores: 4.55x one-after-another with 2 wide threads, 3.65x with 1). Set 1 on cores shared with others.
     torch_wide_threads: int = Field(default=0, ge=0)
+    # Weight format of the hf backend's lean Llama/Qwen2 runner: int8 (fbgemm dynamic quantization, several
+    # times faster on a CPU, answers may differ a little), fp32 (exact), auto (int8 for models over 1 GB of fp32
+    # weights, fp32 below: evals/bench/qwen_speed.py measures both).
+    hf_weights: str = Field(default="auto", pattern="^(auto|int8|fp32)$")
     budget: int = Field(default=DEFAULT_BUDGET, ge=1)
     thinking_cap: int = Field(default=256, ge=0)
     answer_max_tokens: int = Field(default=128, ge=1)
@@ -192,6 +204,15 @@ class Settings(BaseModel):
     def _from_env(cls, data: Any) -> Any:
         """Fields not given explicitly (or by the TOML file) come from ``AGENTRT_<NAME>``."""
         return {**env_settings(cls, ENV_PREFIX, data), **data} if isinstance(data, dict) else data
+
+    @field_validator("tiers")
+    @classmethod
+    def _tier_names(cls, tiers: dict[str, str]) -> dict[str, str]:
+        for name, spec in tiers.items():
+            check_tier_name(name)
+            if not spec.strip():
+                raise ValueError(f"tier {name!r} names no backend; give a spec such as hf:embedded:qwen2.5-coder-0.5b")
+        return tiers
 
     @property
     def trajectory_dir(self) -> Path:

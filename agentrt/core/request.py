@@ -25,7 +25,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from agentrt.core.confidence import ConfidenceMode
 from agentrt.core.errors import InputError
-from agentrt.core.types import ROUTES, GenParams, Message
+from agentrt.core.types import ROUTES, TIER_ROUTES, GenParams, Message, check_tier_name
 
 # The model calls whose text is the answer the user sees (direct and reason: "answer"; reason's parallel
 # samples: "sample"; ask: its question); ``AnswerOptions.shape`` applies the caller's answer knobs to these only.
@@ -50,14 +50,23 @@ def _text(value: Any, what: str) -> str:
         raise ValueError(str(e)) from None
 
 
-def _check_route(value: str) -> str:
-    if value not in ROUTES:
-        raise ValueError(f"unknown route {value!r}; choose one of: {', '.join(ROUTES)}")
+def check_route(value: str) -> str:
+    """A route's name, or ``ROUTE@TIER`` on a model tier (ValueError naming the choices otherwise)."""
+    route, sep, tier = value.partition("@")
+    if route not in ROUTES:
+        raise ValueError(f"unknown route {value!r}; choose one of: {', '.join(ROUTES)} (ROUTE@TIER on a model tier)")
+    if sep:
+        if route not in TIER_ROUTES:
+            raise ValueError(f"route {route!r} runs on no tier; these do: {', '.join(TIER_ROUTES)}")
+        check_tier_name(tier)
     return value
 
 
-# A route's name (the server's body reuses the type, so its check and its schema are these).
-RouteName = Annotated[str, AfterValidator(_check_route), WithJsonSchema({"type": "string", "enum": list(ROUTES)})]
+# A route's name, optionally on a model tier (``read@large``); the server's body reuses the type, so its check
+# and its schema are these.
+RouteName = Annotated[str, AfterValidator(check_route), WithJsonSchema(
+    {"type": "string", "pattern": f"^({'|'.join(ROUTES)})(@[a-z][a-z0-9_-]{{0,31}})?$",
+     "description": f"one of {', '.join(ROUTES)}; ROUTE@TIER runs it on a model tier"})]
 
 
 def field_of(model: type[BaseModel], name: str) -> Any:

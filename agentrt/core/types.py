@@ -5,6 +5,7 @@ Small slotted dataclasses: these are on the hot path of every model call.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -13,6 +14,29 @@ Role = Literal["system", "user", "assistant", "tool"]
 ROUTES: tuple[str, ...] = ("direct", "reason", "plan", "read", "ask", "abstain")
 # The routes that search the private index: offered only when there is one to search.
 INDEX_ROUTES: tuple[str, ...] = ("plan", "read")
+# Model tiers (Settings.tiers): an action is a route on a tier, written ``route@tier`` ("read@large"); a bare
+# route runs on the base tier, the policy itself, so every action name from before tiers keeps its meaning.
+BASE_TIER = "base"
+TIER_ROUTES: tuple[str, ...] = ("direct", "reason", "plan", "read")  # the answering routes a tier can run
+_TIER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def split_action(action: str) -> tuple[str, str]:
+    """``"read@large"`` -> ``("read", "large")``; ``"read"`` -> ``("read", "base")``."""
+    route, sep, tier = action.partition("@")
+    return route, (tier if sep else BASE_TIER)
+
+
+def tier_action(route: str, tier: str) -> str:
+    """The action name of ``route`` on ``tier`` (the bare route on the base tier)."""
+    return route if tier == BASE_TIER else f"{route}@{tier}"
+
+
+def check_tier_name(name: str) -> str:
+    """A tier's name as settings and actions may spell it (lower-case, short, no ``@``), else ValueError."""
+    if not _TIER_NAME.fullmatch(name) or name == BASE_TIER:
+        raise ValueError(f"tier name {name!r}: use lower-case letters, digits, - or _ (at most 32), not {BASE_TIER!r}")
+    return name
 
 
 @dataclass(slots=True)

@@ -71,8 +71,13 @@ def make_router(spec: str, settings: Settings, *, policy: Any = None, scorer: An
                                epsilon=getattr(settings, "router_epsilon", 0.0))
     if actions is not None:
         cfg = cfg.model_copy(update={"actions": tuple(a for a in cfg.actions if a in actions)})
+    if getattr(settings, "tiers", None):  # a tiered policy: each answering route on each tier, priced per tier
+        from agentrt.router.tiers import prices, tiered_actions
+
+        tiered = tiered_actions(cfg.actions, settings)
+        cfg = cfg.model_copy(update={"actions": tiered, "prices": prices(settings, tiered)})
     kind, _, arg = spec.partition(":")
-    if kind == "fixed" and arg in ACTIONS:
+    if kind == "fixed" and _fixed_action(arg, settings):
         return FixedRouter(arg, settings)
     if kind == "rules" and not arg:
         return RulesRouter(settings, cfg)
@@ -112,6 +117,20 @@ def make_router(spec: str, settings: Settings, *, policy: Any = None, scorer: An
     raise ConfigError(f"unknown router {spec!r}; use one of: {ROUTER_SPECS}")
 
 
+def _fixed_action(arg: str, settings: Settings) -> bool:
+    """Whether ``fixed:ARG`` names an action: a route, or ``ROUTE@TIER`` on a tier ``settings`` has."""
+    from agentrt.core.types import TIER_ROUTES, split_action
+
+    route, tier = split_action(arg)
+    if "@" not in arg:
+        return route in ACTIONS
+    if route in TIER_ROUTES and tier in (getattr(settings, "tiers", None) or {}):
+        return True
+    raise ConfigError(f"fixed:{arg}: no tier {tier!r} (tiers: {', '.join(getattr(settings, 'tiers', None) or {}) or 'none'}; "
+                      f"set one with --tier {tier}=SPEC)" if route in TIER_ROUTES else
+                      f"fixed:{arg}: {route!r} runs on no tier; these do: {', '.join(TIER_ROUTES)}")
+
+
 def _home(settings: Settings) -> Any:
     from agentrt.core.config import default_home
 
@@ -119,9 +138,9 @@ def _home(settings: Settings) -> Any:
 
 
 def _fingerprint(policy: Any, settings: Settings) -> Any:
-    from agentrt.router.registry import policy_fingerprint
+    from agentrt.router.registry import settings_fingerprint
 
-    return policy_fingerprint(policy, getattr(settings, "policy", None))
+    return settings_fingerprint(settings, policy)
 
 
 def _observed(router: Any, entry: Any, settings: Settings, cfg: UtilityConfig, fingerprint: Any) -> Any:
@@ -143,5 +162,6 @@ def _learned(path: str, settings: Settings, cfg: UtilityConfig, fingerprint: Any
     # the actions both allowed here and modeled by the file, and those exploration gives a share (drawn
     # for that share alone: the file has no estimate for them)
     allowed = tuple(a for a in cfg.actions if a in model.actions or cfg.min_share.get(a, 0) > 0) or tuple(model.actions)
+    # trained for another policy, it falls back to the rules over every action here (a tiered policy's included)
     return LearnedRouter(model, settings, cfg.model_copy(update={"actions": allowed}), policy=fingerprint,
-                         version=version)
+                         version=version, fallback_cfg=cfg)

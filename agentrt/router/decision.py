@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentrt.core.errors import InputError
-from agentrt.core.types import ROUTES
+from agentrt.core.types import ROUTES, split_action
 
 ACTIONS: tuple[str, ...] = ROUTES  # the router chooses among the routes (agentrt.routes registers them)
 
@@ -53,6 +53,13 @@ class RouteDecision(BaseModel):
     corpus: str = ""
     # Actions that could not be chosen, and why: a floor, a cost over the budget, or a guard (``guards``)
     excluded: dict[str, str] = {}
+    # Model tiers (agentrt.router.tiers): each action's price per token relative to the slowest tier ({}: all alike)
+    prices: dict[str, float] = {}
+
+    @property
+    def tier(self) -> str:
+        """The model tier the chosen action runs on (``base``: the policy itself)."""
+        return split_action(self.action)[1]
 
     def to_step(self) -> dict[str, Any]:
         """The trajectory step (kind route_decision) for this decision."""
@@ -68,6 +75,8 @@ class RouteDecision(BaseModel):
             step["shadow"] = self.shadow
         if self.excluded:
             step["excluded"] = self.excluded
+        if self.prices or "@" in self.action:
+            step["tier"], step["prices"] = self.tier, self.prices
         return step
 
 
@@ -83,6 +92,9 @@ class UtilityConfig(BaseModel):
     # exploring: each action's minimum share of the selection probability (``with_min_shares``); an action
     # in ``actions`` with a share may be drawn even when the router has no estimate for it
     min_share: dict[str, float] = {}
+    # each action's price per token relative to the dearest (agentrt.router.tiers.prices: a tier's seconds per
+    # token over the slowest tier's); an action without one costs 1.0, so a policy without tiers prices tokens
+    prices: dict[str, float] = {}
 
 
 # A plain request's guard: so many words or fewer and no multi-hop cue, with the index covering less than
@@ -111,7 +123,8 @@ def choose(router: str, p_success: dict[str, float], expected_tokens: dict[str, 
         raise InputError("budget must be positive to compare routes")
     actions = [a for a in cfg.actions if a in p_success]
     utility = {
-        a: p_success[a] * cfg.value - cfg.lam * min(expected_tokens[a], budget * 4) / budget for a in actions
+        a: p_success[a] * cfg.value - cfg.lam * cfg.prices.get(a, 1.0) * min(expected_tokens[a], budget * 4) / budget
+        for a in actions
     }
     excluded = {a: why for a, why in guards(features or {}).items() if a in actions}
     for a in actions:
@@ -145,7 +158,7 @@ def choose(router: str, p_success: dict[str, float], expected_tokens: dict[str, 
         p_success={a: round(p, 4) for a, p in p_success.items()},
         expected_tokens={a: round(t, 1) for a, t in expected_tokens.items()},
         utility={a: round(u, 4) for a, u in utility.items()}, features=features or {}, reason=why,
-        excluded=excluded,
+        excluded=excluded, prices={a: cfg.prices[a] for a in actions if a in cfg.prices},
     )
 
 

@@ -198,7 +198,7 @@ class LearnedRouter:
     name = "learned"
 
     def __init__(self, model: RouterModel, settings: Settings, cfg: UtilityConfig | None = None, *,
-                 policy: Any = None, version: str = "") -> None:
+                 policy: Any = None, version: str = "", fallback_cfg: UtilityConfig | None = None) -> None:
         self.model = model
         self.settings = settings
         cfg = cfg or UtilityConfig(lam=model.lam, actions=tuple(model.actions))
@@ -211,7 +211,7 @@ class LearnedRouter:
         if self.mismatch:
             from agentrt.router.rules import RulesRouter
 
-            self.fallback = RulesRouter(settings, cfg)
+            self.fallback = RulesRouter(settings, fallback_cfg or cfg)
             self.trained_for, self.running = trained_for, policy.id
 
     async def decide(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:

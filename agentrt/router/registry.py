@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrt.core.config import Settings
 from agentrt.core.errors import ConfigError, InputError
 from agentrt.core.files import MiB, read_text_capped
 from agentrt.core.protocols import LocalModel
@@ -113,6 +114,19 @@ def policy_fingerprint(policy: Any = None, spec: str | None = None) -> Fingerpri
             return _gguf(path.stem, path.stat().st_size)
     model = (arg.rpartition("#")[2] if kind == "openai" and "#" in arg else arg) or spec
     return Fingerprint(model, _digest([model]))
+
+
+def settings_fingerprint(settings: Settings, policy: Any = None) -> Fingerprint:
+    """The fingerprint of the policy ``settings`` run: its base model (``policy``, when loaded, else the spec) and,
+    for a tiered policy (``settings.tiers``), every tier's, so a router learned for one tiering is not taken for
+    another's (the base model alone is ``policy_fingerprint``'s, unchanged)."""
+    base = policy_fingerprint(policy, settings.policy)
+    tiers = dict(settings.tiers)
+    if not tiers:
+        return base
+    parts = {t: policy_fingerprint(None, spec) for t, spec in sorted(tiers.items())}
+    model = base.model + "".join(f"+{t}:{f.model}" for t, f in parts.items())
+    return Fingerprint(model, _digest([base.id, *(f"{t}={f.id}" for t, f in parts.items())]))
 
 
 # ---- router files and versions ------------------------------------------------------------------

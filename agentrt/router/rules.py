@@ -5,6 +5,7 @@ from __future__ import annotations
 from agentrt.core.config import Settings
 from agentrt.router.decision import ACTIONS, RouteDecision, UtilityConfig, choose
 from agentrt.router.features import CUES
+from agentrt.router.tiers import with_tier_priors
 
 
 def expected_tokens(features: dict[str, float], settings: Settings) -> dict[str, float]:
@@ -54,9 +55,10 @@ class RulesRouter:
         return self.decide_sync(question, features, budget)
 
     def decide_sync(self, question: str, features: dict[str, float], budget: int) -> RouteDecision:
-        p = rule_p_success(features)
+        p, tokens = rule_p_success(features), expected_tokens(features, self.settings)
+        with_tier_priors(p, tokens, self.cfg.actions)  # read@large: the base route's prior, lifted
         cues = [k for k in CUES if features[k]]
-        d = choose(self.name, p, expected_tokens(features, self.settings), budget, self.cfg, features=features)
+        d = choose(self.name, p, tokens, budget, self.cfg, features=features)
         d.reason = f"{d.action}: " + (f"cues {', '.join(cues)}; " if cues else "no special cues; ") + d.reason
         return d
 
@@ -73,7 +75,7 @@ class FixedRouter:
         cost = expected_tokens(features, self.settings)
         return RouteDecision(
             router=self.name, action=self.action, propensity=1.0,
-            probabilities={a: float(a == self.action) for a in ACTIONS}, p_success={},
+            probabilities={a: float(a == self.action) for a in dict.fromkeys([*ACTIONS, self.action])}, p_success={},
             expected_tokens={a: round(c, 1) for a, c in cost.items()}, utility={}, features=features,
             reason=f"fixed router: always {self.action}",
         )

@@ -89,7 +89,7 @@ def traffic_examples(settings: Settings, fingerprint: registry.Fingerprint) -> l
     # a run names its policy in its decision (learned routers), else by the model its calls went to; a run that
     # names neither (a given route that made no call: abstain) counts for any
     examples = [e for e in examples if (e.logged or {}).get("policy", "") in ("", fingerprint.id)
-                and e.model in ("", fingerprint.model)]
+                and (e.model in ("", fingerprint.model) or fingerprint.model.startswith(f"{e.model}+"))]  # tiered: base+...
     if not examples:
         raise InputError(f"no run of policy {fingerprint.id} in {directory} has feedback yet: give some (agentrt "
                          "feedback RUN_ID --right/--wrong, POST /v1/feedback, /good /bad in the REPL) before "

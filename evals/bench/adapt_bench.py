@@ -222,7 +222,7 @@ def _observe(candidate, trained_on, after, settings, lam: float) -> dict | None:
     after = [e for e in after if e.logged]
     estimate, _ = deciding_estimator(candidate, settings)
     cfg = config(lam, tuple(candidate.actions), dict(getattr(settings, "router_floors", {}) or {}))
-    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    fingerprint = registry.settings_fingerprint(settings)
     with tempfile.TemporaryDirectory() as home:
         entry = registry.add(Path(home), candidate)
         registry.set_observe(Path(home), fingerprint.id, {"version": entry.version, "status": "observing",
@@ -272,7 +272,7 @@ def _learn(rows, shipped, settings, family: str, lam: float, gate: str = "crossf
     from agentrt.router.learned import RouterModel
     from agentrt.train.learn import Incumbent, learn_round
 
-    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    fingerprint = registry.settings_fingerprint(settings)
     with tempfile.TemporaryDirectory() as home:
         entry = registry.add(Path(home), shipped)
         registry.promote(Path(home), entry.version)

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> dict:
     examples = load_runs(args.trajectories)
     cache = OutcomeCache.from_examples(examples)
     settings = Settings()
-    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    fingerprint = registry.settings_fingerprint(settings)
     found = set(cache.families.values())
     families = [f for f in FAMILIES if f in found] if args.families is None else args.families
     work = Path(args.work or tempfile.mkdtemp(prefix="env-strategy-"))

@@ -252,7 +252,7 @@ def main() -> None:
     learn_runs = load_runs(args.learn_from) if args.learn_from else None
     actions = tuple(sorted({e.action for e in examples}))
     settings = Settings()
-    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    fingerprint = registry.settings_fingerprint(settings)
     zero_rows, adapt_rows, record = [], [], []
     f3 = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for family in families:

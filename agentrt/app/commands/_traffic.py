@@ -19,7 +19,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     if args.suites:
         raise InputError("--traffic learns from this home's own runs: leave the suites out (or drop --traffic)")
     settings = load_settings(args.config, policy=args.policy)
-    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    fingerprint = registry.settings_fingerprint(settings)
     report = learn_traffic(settings, fingerprint, lam=args.lam, holdout=args.holdout, folds=args.folds,
                            seed=args.seed, rounds=args.bootstrap, promote=not args.no_promote, gate=args.gate)
     out = Path(args.out)

@@ -34,7 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, help="sampling temperature of the runs (default: 0 = greedy with "
                    "--samples 1, 0.7 with more samples, so samples differ)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
-    from agentrt.app.commands.run import add_confidence_arg, add_corpus_arg, add_tools_args
+    from agentrt.app.commands.run import add_confidence_arg, add_corpus_arg, add_tier_arg, add_tools_args
+
+    add_tier_arg(p)
 
     add_tools_args(p)  # as `agentrt run`: default the safe tools a user's run gets, --tools, --no-tools
     add_confidence_arg(p)  # each run's stated confidence (recorded in its trajectory): off by default
@@ -49,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentrt.app.agent import Agent
-    from agentrt.app.commands.run import preflight
+    from agentrt.app.commands.run import preflight, tier_overrides
     from agentrt.core.config import load_settings
     # The eval harness sits above the runtime: imported here, lazily, and only by this command.
     from evals.runner import EvalConfig, evaluate, resolve_temperature, runtime_specs, suite_corpus, validate
@@ -59,7 +61,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                         seed=args.seed, temperature=resolve_temperature(args.temperature, args.samples),
                         tools=args.tools, out=args.out)
     routers, suites = validate(config)  # bad input fails before the model loads
-    settings = load_settings(args.config, policy=args.policy)
+    settings = load_settings(args.config, policy=args.policy, **tier_overrides(args))
     if args.confidence:
         settings.confidence = args.confidence
     # The plan route searches --corpus, else the suite's corpus file (indexed here, once), else the setting.

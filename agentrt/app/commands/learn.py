@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of exploration and of the held-out split (default 0)")
     p.add_argument("--logging-router", help="router spec that explores (default: the incumbent, else rules)")
     p.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    from agentrt.app.commands.run import add_tier_arg
+
+    add_tier_arg(p)
     p.add_argument("--out", default="learn-out", help="output folder, reused to resume (default learn-out)")
     p.add_argument("--every-action", action="store_true",
                    help="run every action on each item instead of one explored action (full information: the gate "
@@ -168,6 +171,7 @@ def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out
     from agentrt.core.types import INDEX_ROUTES
     from agentrt.router import ACTIONS, UtilityConfig, make_router
     from agentrt.router.rules import FixedRouter
+    from agentrt.router.tiers import tiered_actions
     from agentrt.routes.index import corpus_signals
     from agentrt.trajectory import TrajectoryWriter
     from evals.runner import EvalConfig, plan_tasks, prepare_corpus, run_tasks
@@ -176,6 +180,7 @@ def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out
     # corpus file is indexed first, so a fresh home explores plan on a suite that names one)
     prepare_corpus(settings, [item for s in suites for item in s.items[:args.limit]])
     actions = tuple(a for a in ACTIONS if a not in INDEX_ROUTES or corpus_signals(settings) is not None)
+    actions = tiered_actions(actions, settings)  # a tiered policy: each answering route on each tier too
     from agentrt.train.router import MIN_RUNS_PER_ACTION, explore_shares
 
     planned = sum(len(s.items[:args.limit]) for s in suites) * args.samples
@@ -193,7 +198,7 @@ def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out
                   f"{minimum} each): " + ", ".join(f"{a} {v:.0%} (~{v * planned:.0f} runs)" for a, v in shares.items()),
                   file=sys.stderr)
         cfg = UtilityConfig(lam=args.lam, temperature=args.temperature, epsilon=args.epsilon, actions=actions,
-                            floors={a: 0.0 for a in ACTIONS},  # exploring: every action stays possible
+                            floors={a: 0.0 for a in actions},  # exploring: every action stays possible
                             min_share=shares)
         loggers = [ExploreRouter(_Exploring(make_router(incumbent, settings, policy=agent.policy, cfg=cfg)))]
         loggers += [ExploreRouter(FixedRouter(a, settings), f"free:{a}") for a in free]
@@ -245,6 +250,7 @@ def _provenance_extra(args: argparse.Namespace, suites: list[Any], logged: list[
 
 def cmd_learn(args: argparse.Namespace) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small solves next to a busy model: one thread is faster
+    from agentrt.app.commands.run import tier_overrides
     from agentrt.core.config import load_settings
     from agentrt.router import registry
     from agentrt.train.learn import Incumbent, learn_round, reliability_markdown
@@ -255,8 +261,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
 
         return cmd_traffic(args)
     suites, logged = _load_suites(args.suites)  # bad input fails before the model loads
-    settings = load_settings(args.config, policy=args.policy)
-    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    settings = load_settings(args.config, policy=args.policy, **tier_overrides(args))
+    fingerprint = registry.settings_fingerprint(settings)
     entry = registry.resolve_default(Path(settings.home), fingerprint)
     incumbent = Incumbent(entry if entry and entry.fingerprint_id == fingerprint.id else None)
     out = Path(args.out)

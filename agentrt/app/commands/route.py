@@ -11,6 +11,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("route", help="show the router's decision table for a question (runs nothing)")
     p.add_argument("question", help="the question to route")
     p.add_argument("--router", help="fixed:<action>, rules, self, learned:PATH, cascade (default: rules)")
+    from agentrt.app.commands.run import add_tier_arg
+
+    add_tier_arg(p)
     p.add_argument("--budget", type=int, default=1024, help="token budget the decision assumes (default 1024)")
     p.add_argument("--lambda", dest="lam", type=float, help="token price in the utility (default 0.3)")
     p.add_argument("--floor", action="append", default=[], metavar="ACTION=P",
@@ -50,6 +53,7 @@ def cmd_route(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from agentrt.app.commands.run import tier_overrides
     from agentrt.core.config import load_settings
     from agentrt.core.errors import InputError
     from agentrt.router import extract, make_router
@@ -59,7 +63,7 @@ def cmd_route(args: argparse.Namespace) -> int:
     if args.budget <= 0:
         raise InputError(f"budget must be a positive number of tokens, got {args.budget}")
     overrides = {"router_lambda": args.lam, "router_floors": _floors(args.floor) or None}
-    settings = load_settings(args.config, router=args.router, **overrides)
+    settings = load_settings(args.config, router=args.router, **overrides, **tier_overrides(args))
     policy, scorer, ctx = None, None, None
     if settings.router == "self":  # it scores its labels with the model, paid from the budget like in a run
         from agentrt.backends import load_backend

@@ -33,10 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _context(args: argparse.Namespace) -> tuple[Path, Any]:
     from agentrt.core.config import load_settings
-    from agentrt.router.registry import policy_fingerprint
+    from agentrt.router.registry import settings_fingerprint
 
     settings = load_settings(args.config, policy=getattr(args, "policy", None))
-    return Path(settings.home), policy_fingerprint(None, settings.policy)
+    return Path(settings.home), settings_fingerprint(settings)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # the command imports the agent (and its model stack) only wh
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="answer one question")
     p.add_argument("question", help="the question to answer (non-empty UTF-8 text)")
-    p.add_argument("--route", choices=list(ROUTES), help="skip the router")
+    p.add_argument("--route", type=route_name, metavar="ROUTE[@TIER]",
+                   help=f"skip the router: {', '.join(ROUTES)}; ROUTE@TIER runs it on a model tier (--tier)")
     p.add_argument("--router", help="fixed:<action>, rules (default), self, learned:PATH, cascade")
     add_tools_args(p)
     p.add_argument("--budget", type=int, help="token budget for the whole run (default 1024)")
@@ -35,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=int, default=1,
                    help="reason route: draw N samples in one batched call and keep the majority answer (default 1)")
     p.add_argument("--policy", help="policy backend spec: hf:embedded (default), vllm:embedded|DIR, openai:URL[,URL]#MODEL")
-    p.add_argument("--planner", help="planner backend spec (default: the policy's); same spec = one shared model")
+    p.add_argument("--planner", help="planner backend spec (default: the policy's); same spec = one shared model; "
+                   "tier:NAME plans on a model tier (--tier) while the searchers stay on the policy")
+    add_tier_arg(p)
     add_corpus_arg(p)
     add_confidence_arg(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON (citations under \"sources\")")
@@ -59,6 +62,41 @@ def add_confidence_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence", choices=list(CONFIDENCE_MODES), help=CONFIDENCE_HELP)
 
 
+TIER_HELP = ("a model tier beside the policy, NAME=SPEC (repeatable; replaces the setting tiers): the router then "
+             "chooses each answering route on either model, priced in seconds, e.g. --tier large=hf:embedded:qwen2.5-coder-0.5b")
+
+
+def add_tier_arg(p: argparse.ArgumentParser) -> None:
+    """``--tier NAME=SPEC`` (run, route, chat, serve, eval, learn): ``tier_overrides`` reads it."""
+    p.add_argument("--tier", action="append", default=None, metavar="NAME=SPEC", help=TIER_HELP)
+
+
+def tier_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"tiers": {...}}`` for ``load_settings`` from ``--tier`` ({} when none was given)."""
+    from agentrt.core.errors import InputError
+
+    given = getattr(args, "tier", None)
+    if not given:
+        return {}
+    tiers: dict[str, str] = {}
+    for item in given:
+        name, sep, spec = item.partition("=")
+        if not sep or not name.strip() or not spec.strip():
+            raise InputError(f"--tier wants NAME=SPEC (e.g. large=hf:embedded:qwen2.5-coder-0.5b), got {item!r}")
+        tiers[name.strip()] = spec.strip()
+    return {"tiers": tiers}
+
+
+def route_name(value: str) -> str:
+    """``--route``'s type: a route, or ROUTE@TIER (argparse turns the ValueError into one usage line)."""
+    from agentrt.core.request import check_route
+
+    try:
+        return check_route(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_corpus_arg(p: argparse.ArgumentParser) -> None:
     """``--corpus NAME|PATH`` (run, chat, serve, eval): resolved by ``preflight`` before a model loads."""
     p.add_argument("--corpus", metavar="NAME|PATH", help=CORPUS_HELP)
@@ -75,7 +113,7 @@ def _agent_and_request(args: argparse.Namespace, **checks: Any) -> tuple[Agent, 
     from agentrt.core.config import load_settings
 
     settings = load_settings(args.config, policy=getattr(args, "policy", None), planner=getattr(args, "planner", None),
-                             router=getattr(args, "router", None))
+                             router=getattr(args, "router", None), **tier_overrides(args))
     req = preflight(settings, corpus=getattr(args, "corpus", None), **checks)
     return Agent(settings), req
 
@@ -99,9 +137,15 @@ def preflight(settings: Settings, *, question: str | None = None, budget: int | 
     from agentrt.backends import can_score, parse_spec
     from agentrt.core.errors import ConfigError
 
-    for spec in (settings.policy, settings.planner):
-        if spec is not None:
+    for spec in (settings.policy, settings.planner, *settings.tiers.values()):
+        if spec is not None and not (spec == settings.planner and spec.startswith("tier:")):
             parse_spec(spec.strip())
+    if settings.planner and settings.planner.startswith("tier:") and settings.planner[5:] not in settings.tiers:
+        raise ConfigError(f"planner {settings.planner}: no such tier (tiers: {', '.join(settings.tiers) or 'none'}); "
+                          "add it with --tier NAME=SPEC")
+    if route is not None and "@" in route and route.partition("@")[2] not in settings.tiers:
+        raise ConfigError(f"--route {route}: no tier {route.partition('@')[2]!r} (tiers: "
+                          f"{', '.join(settings.tiers) or 'none'}); add it with --tier NAME=SPEC")
     # a command without a question (chat, eval) checks its options now; "?" only stands in for its questions
     req = RunRequest.from_kwargs("?" if question is None else question, budget=budget, route=route,
                                  thinking_cap=thinking_cap, samples=samples, confidence=confidence)
@@ -243,7 +287,8 @@ def exit_now(agent: Any) -> None:
     if not (entry.name == "agentrt" or (entry.name == "cli.py" and entry.parent.name == "app")):
         return
     s = agent.settings
-    kinds = {parse_spec(spec.strip())[0] for spec in (s.policy, s.planner) if spec}
+    kinds = {parse_spec(spec.strip())[0] for spec in (s.policy, s.planner, *s.tiers.values())
+             if spec and not spec.startswith("tier:")}
     if s.tracing != "none" or s.episodic_memory or corpus.wrote_this_process() or not kinds <= {"hf", "openai"}:
         return
     try:

@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentrt.core.types import split_action
 from agentrt.routes.context import ANSWER_STEPS
 from agentrt.routes.thinking import split_thought
 
@@ -126,8 +127,8 @@ def agentrt_extra(result: Result, streamed: str | None = None, warnings: list[st
     """The ``agentrt`` object: the run's route, reason, status, trajectory id and budget; ``warnings``: the
     request's fields that were accepted but ignored (agentrt.app.server.fields); ``reason``: why the server
     fixed the route before the run (``RunPlan.route_reason``), else the run's own (the router's)."""
-    extra = {"route": result.route, "reason": reason or result.reason, "status": result.status,
-             "trajectory_id": result.trajectory_id, "budget": result.budget, "truncated": result.truncated}
+    extra = {"route": result.route, "tier": split_action(result.route)[1], "reason": reason or result.reason,
+             "status": result.status, "trajectory_id": result.trajectory_id, "budget": result.budget, "truncated": result.truncated}
     if not result.answer and result.status != "ok":  # why there is no answer (the partial text stays in the record)
         extra["error"] = result.error
     if result.decision:  # how sure the router was, and on what evidence (docs/routing.md)
@@ -135,7 +136,8 @@ def agentrt_extra(result: Result, streamed: str | None = None, warnings: list[st
         extra["decision"] = {"router": d.get("router"), "router_version": d.get("router_version"),
                              "state": d.get("state"), "fallback": d.get("fallback"), "propensity": d.get("propensity"),
                              "p_success": d.get("p_success"), "evidence": d.get("evidence"), "shadow": d.get("shadow"),
-                             "corpus": d.get("corpus", "")}
+                             "corpus": d.get("corpus", ""), "tier": split_action(str(d.get("action", "")))[1],
+                             "prices": d.get("prices") or {}}
     if result.citations:
         extra["citations"] = list(result.citations)
     if streamed is not None:  # the streamed content is not the recorded answer: say what the answer is

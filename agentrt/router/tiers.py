@@ -1,0 +1,147 @@
+"""Model tiers in the decision: the actions a tiered policy offers, a tier's prior, and each action's price.
+
+A policy may have tiers beside its base model (``Settings.tiers``: ``{"large": "hf:embedded:qwen2.5-coder-0.5b"}``).
+Each answering route (``TIER_ROUTES``) then runs on any tier: the action ``read@large`` is the read route on the
+large tier, and a bare ``read`` runs on the base tier. The router compares them in one cost unit
+(``Settings.cost_unit``):
+
+* ``seconds`` (the default): an action costs its expected tokens x its tier's seconds per token, measured from the
+  runs of this home (``speeds.json``, an average over every model call the tier made: prompt and generated tokens
+  over the call's seconds), and before any run from the size of the tier's weights (``prior_seconds_per_token``).
+  The budget is priced at the slowest tier's speed, so a policy with one tier prices exactly as ``tokens`` does.
+* ``tokens``: every tier's token costs the same.
+
+The utility's cost term is then ``lambda x price(a) x expected_tokens(a) / budget`` with ``price(a)`` in (0, 1]:
+the action's seconds per token over the slowest tier's. The token budget stays the hard bound, tier or not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+from agentrt.core.config import Settings
+from agentrt.core.files import read_text_capped
+from agentrt.core.types import BASE_TIER, TIER_ROUTES, split_action, tier_action
+
+# How much more often a larger tier succeeds than the base, as a share of what the base misses: a hand-set prior
+# for the rules router (measured: reading 20 answerable questions from the same passages, SmolLM2-135M 5/20 right,
+# Qwen2.5-Coder-0.5B 10/20, i.e. a third of the base's misses). A learned router for the tiered policy replaces it.
+TIER_UPLIFT = 0.3
+SPEEDS = "speeds.json"
+_WEIGHT = 0.2  # of each new run in a tier's average: a few runs move it, one slow run does not
+_PRIOR_S_PER_TOKEN_PER_100MB = 0.05  # before a tier is measured: ~20 tokens/s for 100 MB of (GGUF) weights
+_MAX_SPEEDS_BYTES = 1 << 20
+_lock = threading.Lock()
+
+
+def tier_specs(settings: Settings) -> dict[str, str]:
+    """``{tier: backend spec}``, the base tier (the policy) first."""
+    return {BASE_TIER: settings.policy, **settings.tiers}
+
+
+def tiered_actions(actions: tuple[str, ...], settings: Settings) -> tuple[str, ...]:
+    """``actions`` and, for each tier of ``settings``, its answering routes among them (``read@large``)."""
+    base = tuple(a for a in actions if "@" not in a)
+    extra = [tier_action(r, t) for t in settings.tiers for r in TIER_ROUTES if r in base]
+    return tuple(dict.fromkeys([*actions, *extra]))
+
+
+def with_tier_priors(p: dict[str, float], tokens: dict[str, float], actions: tuple[str, ...]) -> None:
+    """Give each tier action of ``actions`` missing from ``p`` the rules' prior (in place): the base route's
+    p_success lifted by ``TIER_UPLIFT`` of what it misses, at the base route's expected tokens."""
+    for a in actions:
+        route, tier = split_action(a)
+        if tier != BASE_TIER and a not in p and route in p:
+            p[a] = min(0.99, p[route] + TIER_UPLIFT * (1.0 - p[route]))
+            tokens[a] = tokens[route]
+
+
+# ---- each tier's seconds per token ---------------------------------------------------------------------------
+
+
+def prior_seconds_per_token(spec: str, models_dir: Path | None = None) -> float | None:
+    """A tier's seconds per token before it is measured: in proportion to its weights' bytes (an embedded model's
+    GGUF, a local folder's weight files, a GGUF file); None for a served model (nothing to measure it by)."""
+    size = _weight_bytes(spec, models_dir)
+    return None if not size else _PRIOR_S_PER_TOKEN_PER_100MB * size / 1e8
+
+
+def _weight_bytes(spec: str, models_dir: Path | None) -> int:
+    kind, _, arg = spec.strip().partition(":")
+    if kind not in ("hf", "vllm"):
+        return 0
+    from agentrt.backends.embedded import embedded_model
+
+    target = arg.partition("?")[0]
+    try:
+        model = embedded_model(target)
+    except Exception:  # an unknown embedded name: no prior
+        model = None
+    if model is not None:
+        return model.size
+    path = Path(target).expanduser()
+    if path.is_file():
+        return path.stat().st_size
+    if path.is_dir():  # fp32 folders: a GGUF of the same model is ~4-8x smaller; the ratio between tiers is what counts
+        return sum(f.stat().st_size for f in path.iterdir() if f.suffix in (".safetensors", ".bin")) // 6
+    return 0
+
+
+def measured(home: Path) -> dict[str, dict[str, float]]:
+    """``{spec: {"s_per_token", "runs"}}`` as measured in ``home`` ({} when nothing is, or the file is unreadable)."""
+    path = Path(home) / SPEEDS
+    try:
+        data = json.loads(read_text_capped(path, _MAX_SPEEDS_BYTES, "speeds file"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def record_speed(home: Path, spec: str, seconds: float, tokens: int) -> None:
+    """Fold one run's model calls on a tier (``tokens`` in ``seconds``) into that tier's average in ``home``."""
+    if tokens <= 0 or seconds <= 0:
+        return
+    with _lock:
+        data = measured(home)
+        old = data.get(spec, {})
+        now = seconds / tokens
+        prev = old.get("s_per_token")
+        runs = int(old.get("runs", 0)) + 1
+        value = now if not isinstance(prev, (int, float)) else (1 - _WEIGHT) * prev + _WEIGHT * now
+        data[spec] = {"s_per_token": round(value, 6), "runs": runs}
+        path = Path(home) / SPEEDS
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{SPEEDS}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)  # a reader sees the old file or the new one
+
+
+def seconds_per_token(settings: Settings) -> dict[str, tuple[float | None, str]]:
+    """``{tier: (seconds per token, source)}``, source ``measured (N runs)``, ``estimated from its weights`` or
+    ``unknown`` (then None)."""
+    home, models_dir = Path(settings.home), settings.models_dir
+    seen = measured(home)
+    out: dict[str, tuple[float | None, str]] = {}
+    for tier, spec in tier_specs(settings).items():
+        m = seen.get(spec, {})
+        if isinstance(m.get("s_per_token"), (int, float)) and m["s_per_token"] > 0:
+            out[tier] = (float(m["s_per_token"]), f"measured ({int(m.get('runs', 0))} runs)")
+        else:
+            prior = prior_seconds_per_token(spec, models_dir)
+            out[tier] = (prior, "estimated from its weights" if prior else "unknown")
+    return out
+
+
+def prices(settings: Settings, actions: tuple[str, ...]) -> dict[str, float]:
+    """Each tier action's price per token relative to the slowest tier (1.0), in ``settings.cost_unit``; {} when
+    every action costs alike (one tier, the ``tokens`` unit, or no speed known for some tier)."""
+    if not settings.tiers or settings.cost_unit == "tokens":
+        return {}
+    speeds = {t: s for t, (s, _) in seconds_per_token(settings).items()}
+    if any(s is None for s in speeds.values()):
+        return {}
+    slowest = max(s for s in speeds.values() if s is not None)
+    return {a: round(speeds.get(split_action(a)[1], slowest) / slowest, 4) for a in actions}  # type: ignore[operator]

@@ -1,0 +1,161 @@
+"""Model tiers: the router chooses (route, tier), priced in one cost unit; the action runs on that tier's model,
+and the trajectory, the Result, the CLI's JSON and the decision carry the tier. The control flow runs on scripted
+backends; the two real embedded families run in the last tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrt import Agent
+from agentrt.backends.scripted import ScriptedBackend
+from agentrt.core.config import Settings, load_settings
+from agentrt.core.errors import ConfigError, InputError
+from agentrt.core.types import split_action, tier_action
+from agentrt.router import UtilityConfig, choose, extract, make_router
+from agentrt.router import registry, tiers
+from agentrt.trajectory import find_record
+
+AGENTRT = str(Path(sys.executable).parent / "agentrt")
+QWEN = "hf:embedded:qwen2.5-coder-0.5b"
+
+
+def test_actions_name_a_route_on_a_tier():
+    assert split_action("read@large") == ("read", "large") and split_action("read") == ("read", "base")
+    assert tier_action("read", "base") == "read" and tier_action("read", "large") == "read@large"
+    s = Settings(tiers={"large": "hf:x"})
+    assert tiers.tiered_actions(("direct", "reason", "ask", "abstain"), s) == (
+        "direct", "reason", "ask", "abstain", "direct@large", "reason@large")  # ask and abstain need no model
+    with pytest.raises(ConfigError, match="tier name"):
+        load_settings(tiers={"Large!": "hf:x"})
+    from agentrt.core.request import RunRequest
+
+    with pytest.raises(InputError, match="runs on no tier"):
+        RunRequest.from_kwargs("q", route="abstain@large")
+
+
+def test_the_utility_prices_each_tier_in_seconds_and_one_tier_prices_as_before():
+    p = {"read": 0.3, "read@large": 0.6, "abstain": 0.1}
+    t = {"read": 600.0, "read@large": 600.0, "abstain": 0.0}
+    plain = choose("t", {"read": 0.3, "abstain": 0.1}, t, 1024, UtilityConfig())
+    assert plain.utility["read"] == pytest.approx(0.3 - 0.3 * 600 / 1024, abs=1e-4) and plain.prices == {}
+    # the large tier 5x slower per token: it pays the full price, the base a fifth of it
+    acts = ("read", "read@large", "abstain")
+    d = choose("t", p, t, 1024, UtilityConfig(actions=acts, prices={"read": 0.2, "read@large": 1.0}))
+    assert d.utility["read"] == pytest.approx(0.3 - 0.3 * 0.2 * 600 / 1024, abs=1e-4)
+    assert d.utility["read@large"] == pytest.approx(0.6 - 0.3 * 600 / 1024, abs=1e-4)
+    assert d.action == "read@large" and d.tier == "large" and d.to_step()["tier"] == "large"
+    # dear enough, the large tier loses to the base
+    assert choose("t", p, t, 1024, UtilityConfig(lam=1.5, actions=acts,
+                                                                    prices={"read": 0.2, "read@large": 1.0})).action == "read"
+
+
+def test_prices_come_from_measured_speeds_else_the_weights(tmp_path):
+    s = Settings(home=tmp_path, tiers={"large": QWEN})
+    before = tiers.seconds_per_token(s)
+    assert before["large"][1] == before["base"][1] == "estimated from its weights"
+    assert before["large"][0] / before["base"][0] == pytest.approx(491_400_064 / 98_362_432)  # the GGUFs' sizes
+    priced = tiers.prices(s, ("read", "read@large"))
+    assert priced["read@large"] == 1.0 and priced["read"] == pytest.approx(98_362_432 / 491_400_064, abs=1e-3)
+    tiers.record_speed(tmp_path, QWEN, seconds=10.0, tokens=100)  # measured: 0.1 s a token
+    tiers.record_speed(tmp_path, "hf:embedded", seconds=1.0, tokens=100)
+    after = tiers.seconds_per_token(s)
+    assert after["large"] == (pytest.approx(0.1), "measured (1 runs)")
+    assert tiers.prices(s, ("read", "read@large"))["read"] == pytest.approx(0.1)
+    assert tiers.prices(s.model_copy(update={"cost_unit": "tokens"}), ("read", "read@large")) == {}
+
+
+def test_a_tiered_policy_is_another_policy_for_the_shipped_router(tmp_path):
+    base = Settings(home=tmp_path)
+    tiered = Settings(home=tmp_path, tiers={"large": QWEN})
+    assert registry.settings_fingerprint(base) == registry.policy_fingerprint(None, "hf:embedded")
+    fp = registry.settings_fingerprint(tiered)
+    assert fp.id != registry.settings_fingerprint(base).id and "+large:Qwen2.5-Coder-0.5B-Instruct" in fp.model
+    router = make_router("auto", tiered)
+    f = extract("Who is the director of the film Sinister?")
+    import asyncio
+
+    d = asyncio.run(router.decide("Who is the director of the film Sinister?", f, 1024))
+    assert d.state == "other_policy" and d.fallback == "rules" and not d.calibrated
+    assert {"direct@large", "reason@large"} <= set(d.p_success)  # the rules decide over both tiers
+    assert d.p_success["reason@large"] > d.p_success["reason"]
+
+
+def _tiered_agent(tmp_path, **settings):
+    base = ScriptedBackend(["small answer: Paris"], name="small-model", delay_s=0.01)
+    large = ScriptedBackend(["large answer: Paris"], name="large-model", delay_s=0.01)
+    agent = Agent(Settings(home=tmp_path, tiers={"large": "scripted:"}, router="rules", **settings), policy=base)
+    agent._tiers["large"] = large  # the tier's backend, as load_backend would give it
+    return agent, base, large
+
+
+def test_a_tier_action_runs_on_that_tiers_model_and_the_run_says_so(tmp_path):
+    agent, base, large = _tiered_agent(tmp_path)
+    r = agent.run("What is the capital of France?", route="direct@large", budget=256)
+    assert r.answer == "large answer: Paris" and r.route == "direct@large" and r.to_dict()["tier"] == "large"
+    assert len(large.calls) == 1 and not base.calls
+    rec = find_record(agent.settings.trajectory_dir, r.trajectory_id)
+    calls = [s for s in rec.steps if s["kind"] == "model_call"]
+    assert rec.route == "direct@large" and {s["model"] for s in calls} == {"large-model"}
+    r2 = agent.run("What is the capital of France?", route="direct", budget=256)
+    assert r2.answer == "small answer: Paris" and len(base.calls) == 1 and r2.to_dict()["tier"] == "base"
+    speeds = tiers.measured(tmp_path)  # both tiers' calls were timed
+    assert set(speeds) == {"scripted:", agent.settings.policy}
+
+
+def test_the_router_decides_among_tiers_and_the_decision_records_them(tmp_path):
+    agent, base, large = _tiered_agent(tmp_path, router_lambda=0.0)  # no price: the likelier tier wins
+    tiers.record_speed(tmp_path, "scripted:", seconds=1.0, tokens=10)  # a measured speed: the tiers are priced
+    r = agent.run("Which magazine was started first, Arthur's Magazine or First for Women?", budget=1024)
+    assert split_action(r.route)[1] == "large" and large.calls and not base.calls
+    step = next(s for s in find_record(agent.settings.trajectory_dir, r.trajectory_id).steps
+                if s["kind"] == "route_decision")
+    assert step["tier"] == "large" and "reason@large" in step["p_success"] and step["prices"]
+
+
+def test_an_unknown_tier_is_one_clear_error(tmp_path):
+    agent = Agent(Settings(home=tmp_path), policy=ScriptedBackend(["x"]))
+    with pytest.raises(InputError, match=r"no model tier 'large' \(tiers: none\); add one with --tier large="):
+        agent.run("q", route="direct@large", budget=64)
+    out = subprocess.run([AGENTRT, "run", "--route", "read@large", "q"], capture_output=True, text=True,
+                         env={**os.environ, "AGENTRT_HOME": str(tmp_path)}, timeout=120)
+    assert out.returncode == 2 and "no tier 'large'" in out.stderr and "Traceback" not in out.stderr
+    bad = subprocess.run([AGENTRT, "route", "--tier", "large", "q"], capture_output=True, text=True,
+                         env={**os.environ, "AGENTRT_HOME": str(tmp_path)}, timeout=120)
+    assert bad.returncode == 2 and "--tier wants NAME=SPEC" in bad.stderr
+
+
+def test_the_route_table_offers_both_tiers_of_the_two_embedded_families(tmp_path):
+    """`agentrt route` with the real second family as the large tier: no model loads, the shipped router says
+    other_policy and the rules price each tier by its weights."""
+    out = subprocess.run([AGENTRT, "route", "--tier", f"large={QWEN}", "What is 1234 * 5678?"], capture_output=True,
+                         text=True, env={**os.environ, "AGENTRT_HOME": str(tmp_path), "COLUMNS": "200"}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "reason@large" in out.stdout and "direct@large" in out.stdout and "other_policy" in out.stdout
+    assert "trained for policy SmolLM2-135M-Instruct" in out.stderr
+
+
+@pytest.mark.slow
+def test_a_run_on_the_large_tier_records_the_second_familys_tokens(tmp_path, qwen_model_path):
+    """The real Qwen2.5 tier answers a direct question; its token ids are in Qwen's vocabulary, the base's in
+    SmolLM2's, and the JSON names the tier."""
+    env = {**os.environ, "AGENTRT_HOME": str(tmp_path)}
+    out = subprocess.run([AGENTRT, "run", "--json", "--tier", f"large={QWEN}", "--route", "direct@large",
+                          "What is the capital of France?"], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["tier"] == "large" and res["route"] == "direct@large" and "Paris" in res["answer"]
+    rec = find_record(tmp_path / "trajectories", res["trajectory_id"])
+    call = next(s for s in rec.steps if s["kind"] == "model_call")
+    assert call["model"] == "Qwen2.5-Coder-0.5B-Instruct"
+    from tokenizers import Tokenizer
+
+    qwen_tok = Tokenizer.from_file(str(qwen_model_path / "tokenizer.json"))
+    assert "Paris" in qwen_tok.decode(call["completion_token_ids"][0])
+    assert max(call["prompt_token_ids"]) > 49_152  # past SmolLM2's vocabulary: ChatML ids of Qwen's
+    assert json.loads((tmp_path / "speeds.json").read_text())[QWEN]["runs"] == 1
