@@ -36,6 +36,8 @@ class Block:
     code: str
     line: int  # where the block starts in README.md (1-based, the fence line)
     skip: str | None  # the reason, when marked
+    above: str = ""  # the non-empty line right above the fence (where a marker sits)
+    source: str = "README.md"  # the file it comes from (tests/test_docs.py reads docs/*.md the same way)
 
     @property
     def id(self) -> str:
@@ -57,7 +59,7 @@ def readme_blocks(text: str) -> list[Block]:
             i += 1
         above = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         mark = SKIP.search(above)
-        blocks.append(Block(m.group(1), "\n".join(body) + "\n", start + 1, mark.group(1) if mark else None))
+        blocks.append(Block(m.group(1), "\n".join(body) + "\n", start + 1, mark.group(1) if mark else None, above))
         i += 1
     return blocks
 
@@ -115,7 +117,7 @@ def run_block(block: Block, work: Path, env: dict[str, str]) -> str:
         cmd = ["bash", "-c", "set -euo pipefail\n" + code]
     out = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     shown = (out.stdout + out.stderr)[-4000:]
-    assert out.returncode == 0, f"README.md block at line {block.line} ({block.lang}) failed ({out.returncode}):\n{shown}"
+    assert out.returncode == 0, f"{block.source} block at line {block.line} ({block.lang}) failed ({out.returncode}):\n{shown}"
     assert "Traceback" not in out.stderr, shown
     return out.stdout
 
