@@ -326,7 +326,7 @@ def test_store_expires_and_drops_the_oldest():
     assert store.get("a") is None and store.get("b").response == {"id": "b"} and len(store) == 2
     now[0] = 10.0
     assert store.get("b") is None and store.get("c") is None and len(store) == 0
-    small = ResponseStore(max_chars=200)
+    small = ResponseStore(max_bytes=200)
     small.put("x", [{"role": "user", "content": "x" * 80}], {})
     small.put("y", [{"role": "user", "content": "y" * 80}], {})
     assert small.get("x") is None and small.get("y") is not None

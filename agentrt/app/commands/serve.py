@@ -10,7 +10,7 @@ API_KEY_ENV = "AGENTRT_API_KEY"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from agentrt.app.commands.run import add_corpus_arg
+    from agentrt.app.commands.run import add_corpus_arg, add_tier_arg
     from agentrt.core.types import ROUTES
 
     p = sub.add_parser("serve", help="serve the agent over an OpenAI-compatible HTTP API",
@@ -63,6 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="share of requests routed epsilon-greedy, propensities logged, so traffic with feedback is "
                           "learnable (agentrt learn --traffic); default: the serve_explore setting (0.05); 0: off")
     add_corpus_arg(own)  # --corpus NAME|PATH: what the plan route searches
+    add_tier_arg(own)  # --tier NAME=SPEC: a model tier the router may choose
     from agentrt.app.commands._vllm_flags import add_vllm_flags
 
     add_vllm_flags(p)  # vllm serve's launch flags: the engine's go to a vllm: policy, the rest are warned
@@ -148,12 +149,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     key, warning = door(args)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    from agentrt.app.commands.run import check_corpus
+    from agentrt.app.commands.run import check_corpus, tier_overrides
 
     if args.max_model_len is not None and args.max_model_len < 1:
         raise InputError(f"--max-model-len must be a positive number of tokens, got {args.max_model_len}")
     template = chat_template(args.chat_template) if args.chat_template is not None else None
-    settings = load_settings(args.config, policy=policy_spec(args.model_tag, args.policy))
+    settings = load_settings(args.config, policy=policy_spec(args.model_tag, args.policy), **tier_overrides(args))
     from agentrt.app.commands._vllm_flags import engine_spec
 
     spec, ignored = engine_spec(settings.policy, args)

@@ -168,8 +168,15 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 8000, **app_options
     agent.policy  # noqa: B018 - load before accepting requests, so /healthz means ready
     from agentrt.app.server.guard import uvicorn_options
 
-    uvicorn.run(create_app(agent, host=host, **app_options), host=host, port=port, log_level="warning",
-                access_log=False, **uvicorn_options())
+    try:  # a stop waits guard.SHUTDOWN_GRACE_S for requests in flight, then cancels them
+        uvicorn.run(create_app(agent, host=host, **app_options), host=host, port=port, log_level="warning",
+                    access_log=False, **uvicorn_options())
+    finally:  # the batcher thread stops before the interpreter does (its cancelled rows stop at once)
+        close = getattr(agent.policy, "close", None)
+        if callable(close):
+            import inspect
+
+            close(**({"timeout": 2.0} if "timeout" in inspect.signature(close).parameters else {}))
 
 
 __all__ = ["ChatRequest", "MODEL_ID", "create_app", "serve", "served_names"]

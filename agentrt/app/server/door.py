@@ -62,6 +62,9 @@ class BadBody(ValueError):
         self.param = param
 
 
+_CLOSE = {"Connection": "close"}  # after a 413 the connection closes: the rest of the body is never read
+
+
 async def read_object(request: Any, max_body: int, then: Any = None) -> Any:
     """A request's body as a JSON object, or the 4xx ``JSONResponse`` to send instead: over ``max_body``
     (declared or streamed: 413, and no more of it is read), not parseable (``parse_body``: 400), not an object
@@ -69,12 +72,12 @@ async def read_object(request: Any, max_body: int, then: Any = None) -> Any:
     done with the parsing: a body over ``offload.INLINE_BYTES`` is parsed in the work thread, not the loop."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_body:
-        return error_response(413, f"request body is {declared} bytes; the limit is {max_body}")
+        return error_response(413, f"request body is {declared} bytes; the limit is {max_body}", headers=_CLOSE)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > max_body:
-            return error_response(413, f"request body is over the {max_body}-byte limit")
+            return error_response(413, f"request body is over the {max_body}-byte limit", headers=_CLOSE)
 
     def parse(raw: bytes) -> Any:
         try:

@@ -7,7 +7,8 @@
   ``stop``, ``seed``, ``n``, ``stream`` (SSE ``text_completion`` chunks, ``[DONE]``), ``logprobs`` (k: each
   token's log-probability; its top list holds the sampled token only, as chat's ``top_logprobs``: the
   backends return nothing else). ``echo``, ``suffix``, ``best_of`` > ``n``, penalties and ``logit_bias`` are
-  a 400 that says so. The prompt plus ``n * max_tokens`` must fit the model's context and ``--max-budget``.
+  a 400 that says so. The prompt plus ``max_tokens`` must fit the model's context, and the prompt plus
+  ``n * max_tokens`` fit ``--max-budget`` (without it: ``COMPLETION_CONTEXTS`` x the context).
 * ``POST /v1/embeddings``: the memory's embedder (``memory.embeddings.get_embedder``: all-MiniLM-L6-v2 on
   onnxruntime, texts truncated to its 256 tokens as the memory store does), ``encoding_format`` float or
   base64 (little-endian float32, OpenAI's), ``dimensions`` a 400. Its name is listed in ``/v1/models``.
@@ -34,7 +35,8 @@ from agentrt.app.server.door import error_response, read_json
 from agentrt.app.server.metrics import MeteredAgent, MetricsMiddleware, ServerMetrics
 from agentrt.app.server.request import ChatMessage, RequestError, StreamOptions
 from agentrt.app.server.response import token_logprobs
-from agentrt.app.server.run import record_completion
+from agentrt.app.server.offload import ClientGone, offload, unless_gone
+from agentrt.app.server.run import gone, record_completion
 from agentrt.app.server.stream import timeout_message
 from agentrt.core.errors import BackendError, UserError
 from agentrt.core.protocols import Completer, Tokenized
@@ -42,6 +44,7 @@ from agentrt.core.request import AnswerOptions, RunRequest, field_of
 from agentrt.core.types import Completion, GenParams
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for a legacy completion
+COMPLETION_CONTEXTS = 2  # without --max-budget: a completion's prompt + n x max_tokens is at most 2 contexts
 MAX_EMBED_INPUTS = 2048  # OpenAI's limit of inputs per embeddings request
 EMBED_MODEL = "all-MiniLM-L6-v2"  # memory.embeddings.MODEL_NAME (not imported: the memory extra may be absent)
 EMBED_MAX_TOKENS = 256  # memory.embeddings.MAX_TOKENS
@@ -177,15 +180,19 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
         tok = tokenizer_or_error("/tokenize")
         if isinstance(tok, Response):
             return tok
-        try:  # in the event loop's thread: the tokenizer is not shared across threads
-            ids = tokenize_ids(tok, req)
-        except Exception as e:  # noqa: BLE001 - the template's own refusal (jinja2's TemplateError, a ValueError)
-            return error_response(400, f"cannot tokenize the request: {e}", param="messages")
-        out: dict[str, Any] = {"count": len(ids), "max_model_len": max_model_len or agent.policy.context_length,
-                               "tokens": ids}
-        if req.return_token_strs:
-            out["token_strs"] = tok.convert_ids_to_tokens(ids)
-        return out
+        cap = max_model_len or agent.policy.context_length
+
+        def answer() -> Response:  # in the work thread: a 1 MB prompt takes seconds to tokenize (and to write out)
+            try:
+                ids = tokenize_ids(tok, req)
+            except Exception as e:  # noqa: BLE001 - the template's refusal (jinja2's TemplateError, a ValueError)
+                return error_response(400, f"cannot tokenize the request: {e}", param="messages")
+            out: dict[str, Any] = {"count": len(ids), "max_model_len": cap, "tokens": ids}
+            if req.return_token_strs:
+                out["token_strs"] = tok.convert_ids_to_tokens(ids)
+            return JSONResponse(out)
+
+        return await offload(answer)
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Any:
@@ -195,14 +202,18 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
         tok = tokenizer_or_error("/detokenize")
         if isinstance(tok, Response):
             return tok
-        try:  # an id outside the vocabulary has no token (the tokenizer's decode would drop it silently)
-            unknown = next((i for i, t in enumerate(tok.convert_ids_to_tokens(req.tokens)) if t is None), None)
-            if unknown is None:
-                return {"prompt": tok.decode(req.tokens)}
-            message = f"tokens[{unknown}] ({req.tokens[unknown]}) is not in the model's vocabulary"
-        except (ValueError, TypeError, OverflowError, IndexError) as e:
-            message = f"cannot decode these token ids: {e}"
-        return error_response(400, f"{message}; send ids from /tokenize", param="tokens")
+
+        def answer() -> Response:  # in the work thread, as /tokenize
+            try:  # an id outside the vocabulary has no token (the tokenizer's decode would drop it silently)
+                unknown = next((i for i, t in enumerate(tok.convert_ids_to_tokens(req.tokens)) if t is None), None)
+                if unknown is None:
+                    return JSONResponse({"prompt": tok.decode(req.tokens)})
+                message = f"tokens[{unknown}] ({req.tokens[unknown]}) is not in the model's vocabulary"
+            except (ValueError, TypeError, OverflowError, IndexError) as e:
+                message = f"cannot decode these token ids: {e}"
+            return error_response(400, f"{message}; send ids from /tokenize", param="tokens")
+
+        return await offload(answer)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -216,9 +227,9 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
         if not isinstance(policy, Completer):
             return error_response(501, f"the policy backend {policy.name} cannot continue raw text; use "
                                        "/v1/chat/completions", kind="not_implemented", code="not_implemented")
-        try:
-            ids, params = completion_params(req, tok, agent.settings.temperature, max_budget,
-                                            max_model_len or policy.context_length)
+        try:  # the work thread: the prompt may be 1 MB of text to tokenize
+            ids, params = await offload(completion_params, req, tok, agent.settings.temperature, max_budget,
+                                        max_model_len or policy.context_length)
         except RequestError as e:
             return error_response(e.status, str(e), param=e.param, code=e.code)
         run_id, started = secrets.token_hex(16), (time.time(), time.perf_counter())
@@ -232,10 +243,17 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
             return StreamingResponse(stream_completion(policy, ids, params, req, slots, request_timeout, metrics,
                                                        (cid, created, model), record), media_type="text/event-stream")
         timer = asyncio.timeout(request_timeout)
-        try:
+
+        async def complete() -> Completion:
             async with slots:
                 async with timer:
-                    done = await policy.complete(ids, params)
+                    return await policy.complete(ids, params)
+
+        try:
+            done = await unless_gone(request, complete())  # a client that leaves cancels its rows
+        except ClientGone:
+            await record(None, "cancelled", "the client disconnected")
+            return gone()
         except TimeoutError:
             if not timer.expired():
                 raise
@@ -337,11 +355,16 @@ def completion_params(req: CompletionRequest, tok: Any, default_temperature: flo
         raise RequestError(f"the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) is over the model's "
                            f"context of {max_model_len} tokens; shorten the prompt or ask for fewer tokens",
                            "max_tokens")
-    if max_budget is not None and len(ids) + req.n * max_tokens > max_budget:
-        room = (max_budget - len(ids)) // req.n
+    # the rows decode in one batch: without --max-budget, n x max_tokens is still bounded (a client's n=16 x 8k
+    # tokens would hold the batcher for everyone), by COMPLETION_CONTEXTS contexts' worth
+    cap = max_budget if max_budget is not None else COMPLETION_CONTEXTS * max_model_len
+    if len(ids) + req.n * max_tokens > cap:
+        room = (cap - len(ids)) // req.n
+        which = (f"this server's cap of {cap} tokens per request" if max_budget is not None else
+                 f"the default cap of {cap} tokens per request ({COMPLETION_CONTEXTS} x the model's context; the "
+                 "server's --max-budget sets another)")
         raise RequestError(f"the prompt ({len(ids)} tokens) plus n ({req.n}) x max_tokens ({max_tokens}) is over "
-                           f"this server's cap of {max_budget} tokens per request"
-                           + (f"; ask for at most {room} max_tokens" if room > 0 else "; shorten the prompt"),
+                           + which + (f"; ask for at most {room} max_tokens" if room > 0 else "; shorten the prompt"),
                            "max_tokens")
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     params = GenParams(max_tokens=max_tokens, temperature=default_temperature if req.temperature is None

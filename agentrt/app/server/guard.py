@@ -29,6 +29,7 @@ MAX_HEAD_BYTES = 16 * 1024  # request line + headers; far above any client's (an
 MAX_HEADERS = 100
 READ_TIMEOUT = 30.0  # seconds to send a whole request (head and body) once the connection is idle
 KEEP_ALIVE = 5  # seconds an idle keep-alive connection is kept after a response
+SHUTDOWN_GRACE_S = 2  # a stop waits this long for requests in flight, then cancels them (the whole stop <= 5 s)
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 JSON_TYPES = ("application/json",)
 
@@ -237,8 +238,11 @@ def guard_door(app: Any, host: str | None, allowed_origins: list[str] | None) ->
 
 
 def uvicorn_options() -> dict[str, Any]:
-    """The uvicorn settings that bound what one connection can hold (see the module docstring)."""
-    return {"http": GuardedH11, "h11_max_incomplete_event_size": MAX_HEAD_BYTES, "timeout_keep_alive": KEEP_ALIVE}
+    """The uvicorn settings that bound what one connection can hold (see the module docstring), and how long a
+    stop (SIGTERM, Ctrl-C) waits for requests in flight: ``SHUTDOWN_GRACE_S``, then they are cancelled (a run
+    is saved as cancelled) and the server exits."""
+    return {"http": GuardedH11, "h11_max_incomplete_event_size": MAX_HEAD_BYTES, "timeout_keep_alive": KEEP_ALIVE,
+            "timeout_graceful_shutdown": SHUTDOWN_GRACE_S}
 
 
 __all__ = ["BodyCap", "BrowserGate", "GuardedH11", "guard_door", "MAX_HEADERS", "MAX_HEAD_BYTES", "READ_TIMEOUT",

@@ -5,18 +5,24 @@
 generates, and the router only picks routes whose expected tokens fit the budget, so the cap bounds the
 run's decode time; prefill and tool time come on top (small next to decoding on the embedded model).
 
-``DecodeSpeed`` follows the runs the server answers, streamed or not (``Measured`` wraps the agent):
-completion tokens / model-call seconds, an exponential moving average. Before any run is measured it
-gives the ``serve_decode_tokens_per_s`` setting (a conservative guess) and says it is one, so no model
-call is ever made outside a run (a probe would have no budget and no trajectory).
+``DecodeSpeed`` follows the runs the server answers, streamed or not (``Measured`` wraps the agent): the
+speed one sequence decodes at (a run's one-row model calls: completion tokens / seconds), the median of the
+last ``WINDOW`` runs. A call with n > 1 rows is left out: its steps decode a batch the client chose (16 rows
+on a CPU decoded each row ~30x slower than one), and one client's n=16 request once dragged the figure so
+low that every ``max_latency_s`` under 17.5 s was refused for everyone; the median keeps a few slow runs
+(a burst of load) from moving it either. Before any run is measured it gives the
+``serve_decode_tokens_per_s`` setting (a conservative guess) and says it is one, so no model call is ever
+made outside a run (a probe would have no budget and no trajectory).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
-_WEIGHT = 0.2  # of each new run in the average: a few runs move it, one slow run does not
+WINDOW = 15  # runs the median is over: a few slow ones do not move it, a lasting change does within ~8
 
 
 @dataclass
@@ -25,25 +31,32 @@ class DecodeSpeed:
     ``default``: what ``rate`` gives before then (the ``serve_decode_tokens_per_s`` setting)."""
 
     default: float = 8.0
-    tokens_per_s: float | None = None
-    runs: int = 0  # how many runs the figure rests on
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))  # the last runs' speeds
+    runs: int = 0  # how many runs have been measured
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """The median of the recent runs' speeds; None before any."""
+        return statistics.median(self.recent) if self.recent else None
 
     def observe(self, result: Any) -> None:
-        """Fold one finished run's model calls (``Result.record`` steps) into the average."""
+        """Add one finished run's speed: its one-row model calls (``Result.record`` steps), tokens / seconds."""
         steps = result.record.steps if getattr(result, "record", None) is not None else []
-        calls = [s for s in steps if s.get("kind") == "model_call" and s.get("latency_s")]
+        calls = [s for s in steps if s.get("kind") == "model_call" and s.get("latency_s") and _one_row(s)]
         tokens = sum(s["usage"]["completion_tokens"] for s in calls)
         seconds = sum(s["latency_s"] for s in calls)
         if tokens >= 4 and seconds > 0:
-            self._add(tokens / seconds)
-
-    def _add(self, rate: float) -> None:
-        self.tokens_per_s = rate if self.tokens_per_s is None else (1 - _WEIGHT) * self.tokens_per_s + _WEIGHT * rate
-        self.runs += 1
+            self.recent.append(tokens / seconds)
+            self.runs += 1
 
     def rate(self) -> tuple[float, bool]:
         """The speed in tokens/s and whether it was measured (False: ``default``, no run measured yet)."""
         return (self.tokens_per_s, True) if self.tokens_per_s is not None else (self.default, False)
+
+
+def _one_row(step: dict[str, Any]) -> bool:
+    """Whether a model call decoded one sequence (not n > 1 choices in one batch)."""
+    return len(step.get("completions") or ()) <= 1 and (step.get("params") or {}).get("n") in (None, 1)
 
 
 class Measured:

@@ -7,8 +7,8 @@ A Responses request is rewritten into the chat-completions request it means (``c
 ``agentrt`` object) and ``sse`` streams it; ``responses_out`` retells both as Responses output.
 
 ``previous_response_id``: the server keeps each stored response's conversation (``ResponseStore``: in
-memory, ``ttl_s`` seconds, at most ``max_items`` responses and ``max_chars`` characters, the oldest
-dropped first); ``store: false`` keeps nothing, so a later reference to it is a 404 like any unknown id.
+memory as compact JSON, ``ttl_s`` seconds, at most ``max_items`` responses and ``max_bytes`` bytes (8 MiB),
+the oldest dropped first); ``store: false`` keeps nothing, so a later reference to it is a 404 like any unknown id.
 ``GET``/``DELETE /v1/responses/{id}`` read and drop a stored response.
 """
 
@@ -29,6 +29,7 @@ from agentrt.app.server.door import error_response
 from agentrt.app.server.door import read_json
 from agentrt.app.server.fields import take_vllm_fields
 from agentrt.app.server.latency import DecodeSpeed, route_headers
+from agentrt.app.server.offload import offload
 from agentrt.app.server.request import ChatRequest, RequestError
 from agentrt.app.server.response import completion
 from agentrt.app.server.responses_out import ResponseStream, from_completion
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 # the chat field a Responses field became, for error messages that name what the client sent
 _PARAMS = (("messages", "input"), ("max_tokens", "max_output_tokens"), ("response_format.json_schema", "text.format"),
            ("response_format", "text.format"), ("tool_choice.function", "tool_choice"))
+DEFAULT_STORE_BYTES = 8 * 2**20  # the store's whole size: 8 MiB of JSON is ~8 MB of RSS
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_text"}
 
 
@@ -255,31 +257,55 @@ def responses_param(param: str | None) -> str | None:
 
 @dataclass
 class _Stored:
+    """One stored response: its conversation and its body as compact UTF-8 JSON, decoded when read (as
+    Python objects they took ten times the memory: 32M characters of them were ~330 MB of RSS)."""
+
     expires: float
-    messages: list[dict[str, Any]]
-    response: dict[str, Any]
-    chars: int
+    _messages: bytes
+    _response: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self._messages) + len(self._response)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return json.loads(self._messages)
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return json.loads(self._response)
+
+
+def _packed(value: Any) -> bytes:
+    return json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 class ResponseStore:
     """Stored responses and their conversations, in this process's memory: each kept ``ttl_s`` seconds;
-    beyond ``max_items`` responses or ``max_chars`` characters of them, the oldest is dropped first."""
+    beyond ``max_items`` responses or ``max_bytes`` bytes of them (their compact JSON, which is what they
+    hold in memory), the oldest is dropped first."""
 
-    def __init__(self, ttl_s: float = 3600.0, max_items: int = 1000, max_chars: int = 32_000_000,
+    def __init__(self, ttl_s: float = 3600.0, max_items: int = 1000, max_bytes: int = DEFAULT_STORE_BYTES,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.ttl_s, self.max_items, self.max_chars, self.clock = ttl_s, max_items, max_chars, clock
+        self.ttl_s, self.max_items, self.max_bytes, self.clock = ttl_s, max_items, max_bytes, clock
         self._items: OrderedDict[str, _Stored] = OrderedDict()
-        self._chars = 0
+        self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._items)
 
+    @property
+    def bytes(self) -> int:
+        """The bytes the stored responses hold."""
+        return self._bytes
+
     def put(self, rid: str, messages: list[dict[str, Any]], response: dict[str, Any]) -> None:
-        chars = len(json.dumps(messages, default=str)) + len(json.dumps(response, default=str))
+        stored = _Stored(self.clock() + self.ttl_s, _packed(messages), _packed(response))
         self.delete(rid)
-        self._items[rid] = _Stored(self.clock() + self.ttl_s, messages, response, chars)
-        self._chars += chars
-        while self._items and (len(self._items) > self.max_items or self._chars > self.max_chars):
+        self._items[rid] = stored
+        self._bytes += stored.size
+        while self._items and (len(self._items) > self.max_items or self._bytes > self.max_bytes):
             self.delete(next(iter(self._items)))
 
     def get(self, rid: str) -> _Stored | None:
@@ -292,7 +318,7 @@ class ResponseStore:
     def delete(self, rid: str) -> bool:
         stored = self._items.pop(rid, None)
         if stored is not None:
-            self._chars -= stored.chars
+            self._bytes -= stored.size
         return stored is not None
 
 
@@ -315,20 +341,41 @@ def register(app: FastAPI, agent: Agent, *, names: list[str], slots: asyncio.Sem
     store = store or ResponseStore()
     speed = speed or DecodeSpeed(agent.settings.serve_decode_tokens_per_s)
 
-    @app.post("/v1/responses")
-    async def create_response(request: Request) -> Any:
-        raw = await read_json(request, max_body, _Body)  # the same door as /v1/completions
-        if isinstance(raw, JSONResponse):
-            return raw
-        data = raw.root
+    def validate(data: dict[str, Any]) -> Any:
+        """The body as a ``ResponsesRequest`` and vLLM's warnings, or the 4xx to send."""
         try:
             vllm_warnings = take_vllm_fields(data)  # as chat: vLLM's extras honoured (declared) or warned
-            req = ResponsesRequest.model_validate(data)
+            return ResponsesRequest.model_validate(data), vllm_warnings
         except RequestError as e:
             return error_for(e)
         except ValidationError as e:
             message, where = explain(e, ResponsesRequest)
             return error_response(400, message, param=where)
+
+    def prepare(req: ResponsesRequest, history: list[dict[str, Any]], warnings: list[str]) -> Any:
+        """The conversation to store, the chat request and its run; or the 4xx to send."""
+        try:
+            body, messages = chat_body(req, history)
+            chat = ChatRequest.model_validate(body)
+            plan = plan_request(chat, agent, max_budget=max_budget, default_route=default_route, speed=speed,
+                                context_cap=max_model_len or agent.policy.context_length, warnings=warnings)
+            plan.warnings += ignored(req)
+        except ValidationError as e:
+            message, where = explain(e, ChatRequest)
+            return error_response(400, message, param=responses_param(where))
+        except (UserError, BackendError) as e:  # RequestError is a UserError
+            return error_for(e, responses_param)
+        return messages, chat, plan
+
+    @app.post("/v1/responses")
+    async def create_response(request: Request) -> Any:
+        raw = await read_json(request, max_body, _Body)  # the same door as /v1/completions
+        if isinstance(raw, JSONResponse):
+            return raw
+        checked = await offload(validate, raw.root)  # the work thread: the cost grows with the input items
+        if isinstance(checked, JSONResponse):
+            return checked
+        req, vllm_warnings = checked
         model = req.model or names[0]
         if model not in names:
             return error_response(404, f"The model `{model}` does not exist; this server serves: {', '.join(names)}",
@@ -339,17 +386,10 @@ def register(app: FastAPI, agent: Agent, *, names: list[str], slots: asyncio.Sem
             if stored is None:
                 return _not_found(req.previous_response_id, "previous_response_id", store.ttl_s)
             history = list(stored.messages)
-        try:
-            body, messages = chat_body(req, history)
-            chat = ChatRequest.model_validate(body)
-            plan = plan_request(chat, agent, max_budget=max_budget, default_route=default_route, speed=speed,
-                                context_cap=max_model_len or agent.policy.context_length, warnings=vllm_warnings)
-            plan.warnings += ignored(req)
-        except ValidationError as e:
-            message, where = explain(e, ChatRequest)
-            return error_response(400, message, param=responses_param(where))
-        except (UserError, BackendError) as e:  # RequestError is a UserError
-            return error_for(e, responses_param)
+        planned = await offload(prepare, req, history, vllm_warnings)  # the work thread, as chat's
+        if isinstance(planned, JSONResponse):
+            return planned
+        messages, chat, plan = planned
         created = int(time.time())
 
         def keep(response: dict[str, Any], reply: dict[str, Any]) -> None:
@@ -359,7 +399,7 @@ def register(app: FastAPI, agent: Agent, *, names: list[str], slots: asyncio.Sem
         if req.stream:  # the route in the headers, as chat's
             return await routed_stream(sse(agent, slots, plan, chat, model, created, request_timeout, tokenizer),
                                        ResponseStream(req, model, created, keep).events)
-        result = await run_plan(agent, slots, plan, request_timeout)
+        result = await run_plan(agent, slots, plan, request_timeout, request)  # cancelled if the client leaves
         if isinstance(result, JSONResponse):
             return result
         response, reply = from_completion(completion(result, plan, model, created, tokenizer), req, model)

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentrt.app.server.door import error_response
 from agentrt.app.server.latency import DecodeSpeed, route_headers
+from agentrt.app.server.offload import ClientGone, unless_gone
 from agentrt.app.server.request import ChatRequest, RequestError, RunPlan, plan_run
 from agentrt.app.server.stream import RouteKnown, timeout_message
 from agentrt.core.errors import BackendError, UserError
@@ -37,8 +38,8 @@ COMPLETIONS = "completions"  # TrajectoryRecord.metadata["endpoint"] of a /v1/co
 def plan_request(req: ChatRequest, agent: Agent, *, max_budget: int | None, default_route: str | None,
                  speed: DecodeSpeed, context_cap: int, warnings: list[str] | None = None) -> RunPlan:
     """``req`` as one run (``plan_run``) with ``warnings`` first among its own; ``RequestError`` when its
-    messages plus ``max_tokens`` are over ``context_cap`` (``--max-model-len``). Called in the event loop:
-    the tokenizer is not shared across threads."""
+    messages plus ``max_tokens`` are over ``context_cap`` (``--max-model-len``). Called in the server's work
+    thread (``offload``): rendering and counting a long conversation would stall the event loop."""
     rate = speed.rate() if req.max_latency_s is not None else None
     plan = plan_run(req, agent, max_budget, default_route=default_route, tokens_per_s=rate)
     plan.warnings[:0] = warnings or []
@@ -52,6 +53,11 @@ def plan_request(req: ChatRequest, agent: Agent, *, max_budget: int | None, defa
     return plan
 
 
+def gone() -> JSONResponse:
+    """The answer to a client that disconnected (nobody reads it; ``/metrics`` counts it as a 499)."""
+    return error_response(499, "the client disconnected; its run was cancelled", code="client_closed_request")
+
+
 def error_for(e: Exception, param: Callable[[str | None], str | None] = lambda p: p) -> JSONResponse:
     """The JSON error of a request that cannot run: a ``RequestError``'s status, a ``UserError`` 400, a
     ``BackendError`` 502; ``param`` renames the field a ``RequestError`` names (Responses' names)."""
@@ -62,8 +68,15 @@ def error_for(e: Exception, param: Callable[[str | None], str | None] = lambda p
     return error_response(400, str(e))
 
 
-async def run_plan(agent: Agent, slots: asyncio.Semaphore, plan: RunPlan, timeout: float | None) -> Any:
-    """The run's ``Result``, or the JSON error that says why there is none (504 past ``timeout``)."""
+async def run_plan(agent: Agent, slots: asyncio.Semaphore, plan: RunPlan, timeout: float | None,
+                   request: Any = None) -> Any:
+    """The run's ``Result``, or the JSON error that says why there is none (504 past ``timeout``; 499 when
+    ``request``'s client disconnected: the run was cancelled then, not left running for nobody)."""
+    if request is not None:
+        try:
+            return await unless_gone(request, run_plan(agent, slots, plan, timeout))
+        except ClientGone:
+            return gone()
     from agentrt.app.streaming import RunStarted
 
     started: list[str] = []
@@ -149,5 +162,5 @@ async def record_completion(agent: Agent, run_id: str, prompt: str, ids: list[in
     await asyncio.to_thread(agent.writer.append, record)
 
 
-__all__ = ["COMPLETIONS", "completion_record", "error_for", "plan_request", "record_completion", "routed_stream",
-           "run_plan"]
+__all__ = ["COMPLETIONS", "completion_record", "error_for", "gone", "plan_request", "record_completion",
+           "routed_stream", "run_plan"]
