@@ -90,10 +90,14 @@ def test_a_completion_is_a_trajectory_that_learning_and_chat_exports_leave_out(s
     done = client.completions.create(model="agentrt", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=1)
     run_id = done.model_extra["agentrt"]["trajectory_id"]
     assert done.id == f"cmpl-{run_id}"
-    # a user's verdict on it lands like any run's (the id the response carries)
+    # a client's verdict on a completion is refused (no route was decided: nothing for the router to learn, and the
+    # server takes verdicts only on the chat / Responses runs it served); the operator may still judge it on the host
     verdict = httpx.post(f"{server}/v1/feedback", json={"id": done.id, "correct": True}, timeout=60,
                          headers={"Authorization": f"Bearer {KEY}"})
-    assert verdict.status_code == 200, verdict.text
+    assert verdict.status_code == 404 and "/v1/completions" in verdict.text, verdict.text
+    from agentrt.trajectory.feedback import record_feedback
+
+    record_feedback(home / "trajectories", done.id, correct=True, source="cli")
     [record] = [r for r in read_trajectories(home / "trajectories", strict=True).records if r.run_id == run_id]
     [call] = record.model_calls()
     choice = done.choices[0]

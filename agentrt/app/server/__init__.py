@@ -172,10 +172,12 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 8000, **app_options
         uvicorn.run(create_app(agent, host=host, **app_options), host=host, port=port, log_level="warning",
                     access_log=False, **uvicorn_options())
     finally:  # the batcher thread stops before the interpreter does (its cancelled rows stop at once)
-        close = getattr(agent.policy, "close", None)
-        if callable(close):
+        from agentrt.core.protocols import Closable
+
+        if isinstance(agent.policy, Closable):
             import inspect
 
+            close = agent.policy.close
             close(**({"timeout": 2.0} if "timeout" in inspect.signature(close).parameters else {}))
 
 

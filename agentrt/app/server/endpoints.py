@@ -21,20 +21,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib.util
-import json
-import logging
 import secrets
 import time
-from typing import Annotated, Any, AsyncIterator, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentrt.app.server.completion_stream import finish_reason, legacy_logprobs, stream_completion
 from agentrt.app.server.door import error_response, read_json
 from agentrt.app.server.metrics import MeteredAgent, MetricsMiddleware, ServerMetrics
 from agentrt.app.server.request import ChatMessage, RequestError, StreamOptions
-from agentrt.app.server.response import token_logprobs
 from agentrt.app.server.offload import ClientGone, offload, unless_gone
 from agentrt.app.server.run import gone, record_completion
 from agentrt.app.server.stream import timeout_message
@@ -240,7 +238,7 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
             await record_completion(agent, run_id, prompt, ids, params, done, started, status, error)
 
         if req.stream:
-            return StreamingResponse(stream_completion(policy, ids, params, req, slots, request_timeout, metrics,
+            return StreamingResponse(stream_completion(policy, ids, params, bool(req.stream_options and req.stream_options.include_usage), slots, request_timeout, metrics,
                                                        (cid, created, model), record), media_type="text/event-stream")
         timer = asyncio.timeout(request_timeout)
 
@@ -266,7 +264,7 @@ def register(app: FastAPI, agent: Any, *, names: list[str], slots: asyncio.Semap
             return error_response(502, str(e), kind="backend_error")
         metrics.tokens(done.usage.prompt_tokens, done.usage.completion_tokens)
         await record(done)
-        choices = [{"index": i, "text": c.text, "finish_reason": _finish(c.finish_reason),
+        choices = [{"index": i, "text": c.text, "finish_reason": finish_reason(c.finish_reason),
                     "logprobs": legacy_logprobs(done, i, req.logprobs, tok)} for i, c in enumerate(done.choices)]
         return {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": choices,
                 "usage": done.usage.to_dict(), "agentrt": {"trajectory_id": run_id}}
@@ -371,89 +369,6 @@ def completion_params(req: CompletionRequest, tok: Any, default_temperature: flo
                        else req.temperature, top_p=1.0 if req.top_p is None else req.top_p, n=req.n,
                        stop=[s for s in stop if s], seed=None if req.seed is None else req.seed % 2**32)
     return ids, params
-
-
-def legacy_logprobs(done: Completion, i: int, k: int | None, tok: Any) -> dict[str, Any] | None:
-    """The legacy ``logprobs`` object of choice ``i`` (tokens, token_logprobs, top_logprobs, text_offset)."""
-    if k is None:
-        return None
-    step = {"completion_token_ids": [c.token_ids for c in done.choices],
-            "completion_logprobs": [c.logprobs for c in done.choices]}
-    entries = token_logprobs(step, i, k, tok)  # chat's, with the special tokens left out
-    if entries is None:
-        return None
-    offsets, at = [], 0
-    for e in entries:
-        offsets.append(at)
-        at += len(e["token"])
-    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-            "top_logprobs": [{e["token"]: e["logprob"]} for e in entries] if k else None, "text_offset": offsets}
-
-
-async def stream_completion(policy: Completer, ids: list[int], params: GenParams, req: CompletionRequest,
-                            slots: asyncio.Semaphore, timeout: float | None, metrics: ServerMetrics,
-                            head: tuple[str, int, str], record: Any = None) -> AsyncIterator[str]:
-    """SSE ``text_completion`` chunks as the backend writes each choice, the finishes, the usage, ``[DONE]``;
-    ``record(done, status, error)`` saves the call's trajectory (``cancelled`` past the deadline, ``failed``)."""
-    cid, created, model = head
-    loop = asyncio.get_running_loop()
-    pieces: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
-    params.on_token = lambda index, text: loop.call_soon_threadsafe(pieces.put_nowait, (index, text))
-
-    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-        body = {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": choices, **extra}
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
-
-    def error(message: str, kind: str, code: str) -> str:
-        return f"data: {json.dumps({'error': {'message': message, 'type': kind, 'param': None, 'code': code}})}\n\n"
-
-    sent: dict[int, str] = {}
-    async with slots:
-        deadline = None if timeout is None else loop.time() + timeout
-        task = asyncio.ensure_future(policy.complete(ids, params))
-        # pieces are queued before the backend's result (agentrt.routes._deltas): the end mark comes last
-        task.add_done_callback(lambda _: pieces.put_nowait(None))
-        try:
-            while (item := await _next(pieces, deadline)) is not None:
-                index, text = item
-                sent[index] = sent.get(index, "") + text
-                yield chunk([{"index": index, "text": text, "logprobs": None, "finish_reason": None}])
-            done = task.result()
-            metrics.tokens(done.usage.prompt_tokens, done.usage.completion_tokens)
-            if record is not None:
-                await record(done)
-            for i, c in enumerate(done.choices):
-                streamed = sent.get(i, "")
-                rest = c.text[len(streamed):] if c.text.startswith(streamed) else ""
-                yield chunk([{"index": i, "text": rest, "logprobs": None, "finish_reason": _finish(c.finish_reason)}])
-            if req.stream_options and req.stream_options.include_usage:
-                yield chunk([], usage=done.usage.to_dict())
-        except TimeoutError:
-            if record is not None:
-                await record(None, "cancelled", timeout_message(timeout, []))
-            yield error(timeout_message(timeout, []), "timeout", "request_timeout")
-        except UserError as e:
-            yield error(str(e), "invalid_request_error", "invalid_request")
-        except BackendError as e:
-            if record is not None:
-                await record(None, "failed", str(e))
-            yield error(str(e), "backend_error", "backend_error")
-        except Exception:  # noqa: BLE001 - the stream has begun: a bug is said in the stream's shape too
-            logging.getLogger("agentrt.server").exception("a streamed completion failed")
-            yield error("an internal error; the server log has the traceback", "server_error", "internal_error")
-        finally:
-            if not task.done():  # the client left or the deadline passed: the backend stops the rows
-                task.cancel()
-    yield "data: [DONE]\n\n"
-
-
-async def _next(pieces: asyncio.Queue[Any], deadline: float | None) -> Any:
-    async with asyncio.timeout_at(deadline):
-        return await pieces.get()
-
-
-def _finish(reason: str) -> str:
-    return reason if reason in ("stop", "length") else "stop"
 
 
 def _encode(vector: Any, fmt: str) -> Any:
