@@ -260,10 +260,10 @@ class LearnedRouter:
                              f"it has no evidence yet; the estimate is the other corpora's)")
                 return d
         # out of evidence: the learned estimate for the action it would take rests on too few similar runs, so
-        # it does not decide as it is. The documented fallback (docs/routing.md): every estimate shrunk toward its
-        # action's training success rate on the runs sharing the question's rarest cue (evidence.cue_prior) by its
-        # evidence (evidence.shrunk), decided by the same rule; a file
-        # without base rates (written before them) lets the rules decide
+        # it does not decide as it is. The documented fallback (docs/routing.md; measured: docs/results/routing.md):
+        # every estimate shrunk toward its action's training success rate on the runs sharing the question's rarest
+        # cue (evidence.cue_prior) by its evidence (evidence.shrunk), decided by the same rule; a file without base
+        # rates (written before them) lets the rules decide
         base, cue = self.model.prior(x, minimum)
         if base:
             q = ev.shrunk(p, shared, base, minimum)

@@ -17,7 +17,7 @@ The mode is ``AnswerOptions.confidence`` (``Settings.confidence``, ``AGENTRT_CON
   policy's distribution over the 21 choices (each closed by the tag): one scoring pass (``RunContext.score``,
   recorded as a ``score`` step named ``confidence``; backends that can score, hf; others get ``grammar``).
   It pays the prompt once and every choice (~130 tokens more than ``grammar``), and it ranks where the
-  greedy choice is one constant (docs/routing.md has the figures).
+  greedy choice is one constant (docs/results/routing.md has the figures).
 
 Where a route cannot carry a tail (plan's JSON synthesis, the tool loop, a JSON-schema answer, direct's
 prefilled cue), tail mode asks the grammar call instead, so a run that asked always gets a status.

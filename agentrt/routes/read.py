@@ -17,7 +17,7 @@ planner, no tool loop: a few hundred tokens where ``plan`` spends thousands.
   first sentence; the answer is what follows the cue. A small model asked for "a few words" restates the
   question in a sentence ("The writer of Never Let Me Go novel won the ... Award."); cued, it writes the
   span ("Animorphs", "no"): token F1 on the first 20 HotpotQA dev questions over the pooled corpus 0.082 ->
-  0.314 at the same tokens, with the passages best-last (``read_messages``; docs/routing.md). The cost:
+  0.314 at the same tokens, with the passages best-last (``read_messages``; docs/results/routing.md). The cost:
   an initial ("Arthur C. Clarke") ends the sentence early, and a cued model copies a span more readily,
   an injected one too (the synthesis rule below; docs/untrusted-content.md). Under a JSON schema the
   answer is the caller's JSON: no cue.
@@ -26,7 +26,7 @@ planner, no tool loop: a few hundred tokens where ``plan`` spends thousands.
   answer in a ``final_answer`` step (``composed_from: "answer_rejected: not in the passages"``). Asked to
   say so, the 135M model never does; what it writes instead is a guessed year ("2018") or a name from
   nowhere. On the 91 logged read runs of the document explorations this turned 26 answers to questions the
-  index cannot answer into abstentions and cost no exact answer (docs/routing.md). "yes"/"no" are exempt:
+  index cannot answer into abstentions and cost no exact answer (docs/results/routing.md). "yes"/"no" are exempt:
   a judgement, not a span.
 """
 
@@ -71,7 +71,7 @@ def read_messages(ctx: RunContext, question: str, hits: list[dict[str, Any]], ch
     The passages come best-last, the top hit next to the question: a small model answers from the passage
     nearest the question. With the cue, best-first, the 135M policy named the director of Sinister from the
     third passage; token F1 best-first / best-last on the first 20 pooled-HotpotQA dev questions 0.248 /
-    0.314, on 20 answerable squad questions 0.081 / 0.199 (docs/routing.md)."""
+    0.314, on 20 answerable squad questions 0.081 / 0.199 (docs/results/routing.md)."""
     system = "\n\n".join(s for s in (ctx.system, f"{SYSTEM} {UNTRUSTED_NOTICE}") if s)
     blocks = "\n".join(quote_untrusted(_cut(h["text"], chars), id=h["id"], source="corpus", title=h["title"] or None)
                        for h in reversed(hits))

@@ -8,7 +8,7 @@ then calls ``learn_round``. Two gates (``gate``):
   and its reward modelled by a candidate fit on the other folds, the same way the candidate in use is fit on all
   of them. So every question judges the candidate, none judges a model that saw it: on 100 questions the
   value interval is that of 100 held-out questions, not of a 30-question slice (family_bench: the slice's
-  +-0.3-0.5 intervals kept out candidates worth +0.3-0.5 on the family's other questions; docs/routing.md).
+  +-0.3-0.5 intervals kept out candidates worth +0.3-0.5 on the family's other questions; docs/results/routing.md).
 * ``holdout``: a stable-hash share ``holdout`` of the questions is held out and never fit or calibrated on; the
   candidate is fit on the rest.
 

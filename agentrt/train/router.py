@@ -50,7 +50,7 @@ MIN_RUNS_PER_ACTION = 30
 PRIOR_RUNS = evidence.MIN_EVIDENCE
 MIN_QUESTIONS = 20
 # the evidence kernel's inputs (agentrt.router.evidence): None = all, hashed words included. Measured on three
-# document families left out in turn (evals/bench/family_bench.py --evidence numeric|all, docs/routing.md): the
+# document families left out in turn (evals/bench/family_bench.py --evidence numeric|all, docs/results/routing.md): the
 # numeric features alone marked fewer left-out decisions calibrated and gave lower value, so all it is
 EVIDENCE_DIMS: int | None = None
 

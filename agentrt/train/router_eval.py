@@ -308,7 +308,7 @@ def undecided(verdict: Verdict) -> bool:
     its noise (what else refuses it, too few questions or a guard flag, is a property of a small sample too). More
     questions may settle it: the traffic loop keeps such a candidate under observation, `agentrt learn` says what
     would (the paired interval's width is mostly between questions: three runs of each of 100 questions instead of
-    one narrowed it on hotpotqa-index, +-0.16 -> +-0.10, and not on hotpotqa-heldout; docs/routing.md)."""
+    one narrowed it on hotpotqa-index, +-0.16 -> +-0.10, and not on hotpotqa-heldout; docs/results/routing.md)."""
     return not verdict.promote and verdict.interval[1] > 0 and not verdict.ece_regressed
 
 

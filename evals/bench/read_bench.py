@@ -2,7 +2,7 @@
 
     .venv/bin/python -m evals.bench.read_bench [--families squad,docs,hotpotqa-index,hotpotqa] [--limit 20]
         [--routes read,direct,reason,plan] [--plan-limit 10] [--budget 1500] [--pool 200]
-        [--cache read_bench.jsonl] [--workdir DIR]
+        [--cache read_bench.jsonl] [--workdir DIR] [--tier large=hf:embedded:qwen2.5-coder-0.5b --routes read,read@large]
 
 * A family (``evals.devsets.FAMILIES``, or a never-seen one of ``HELDOUT``) is a corpus and its questions: its
   corpus file is indexed once (Chroma + BM25) into a collection of its own under ``--workdir``; the first
@@ -138,7 +138,10 @@ def main() -> None:
     ap.add_argument("--cache", default="read_bench.jsonl")
     ap.add_argument("--workdir", default=str(DEFAULT_HOME / "bench" / "read_bench"))
     ap.add_argument("--report-only", action="store_true", help="print the tables from the cache, run nothing")
+    ap.add_argument("--tier", action="append", default=[], metavar="NAME=SPEC",
+                    help="a model tier beside the policy; then route ROUTE@NAME runs on it (read@large)")
     args = ap.parse_args()
+    tiers = dict(t.split("=", 1) for t in args.tier if "=" in t)
     families = [f for f in args.families.split(",") if f]
     routes = [r for r in args.routes.split(",") if r]
     from evals.devsets import FAMILIES, HELDOUT
@@ -146,8 +149,9 @@ def main() -> None:
     known = [*FAMILIES, *HELDOUT, "hotpotqa"]
     if unknown := [f for f in families if f not in known]:
         ap.error(f"unknown family {', '.join(unknown)}: choose from {', '.join(known)}")
-    if unknown := [r for r in routes if r not in ROUTES]:
-        ap.error(f"unknown route {', '.join(unknown)}: choose from {', '.join(ROUTES)}")
+    if unknown := [r for r in routes if r.partition("@")[0] not in ROUTES or (r.partition("@")[2] or "base") not in
+                   {"base", *tiers}]:
+        ap.error(f"unknown route {', '.join(unknown)}: choose from {', '.join(ROUTES)}, ROUTE@TIER with --tier TIER=SPEC")
     console, cache = Console(), Path(args.cache)
     done = {(r["family"], r["id"], r["route"]): r for r in read_jsonl(cache)}
     if not args.report_only:
@@ -159,7 +163,7 @@ def main() -> None:
         reuse_converted_model()
         os.environ["AGENTRT_HOME"] = args.workdir
         for name in families:
-            settings = Settings(home=args.workdir)
+            settings = Settings(home=args.workdir, tiers=tiers)
             settings.corpus = index_family(settings, name, args.pool)
             items = hotpot_items(args.limit) if name == "hotpotqa" else family_items(name, args.limit)
             agent = Agent(settings)

@@ -36,7 +36,7 @@ def test_run_json_answers_paris_with_a_findable_trajectory(agentrt_home):
         (["run", ""], "question is empty"),
         (["run", "--budget", "0", "hi"], "budget must be a positive"),
         (["run", "--budget", "-3", "hi"], "budget must be a positive"),
-        (["run", "--route", "teleport", "hi"], "invalid choice"),
+        (["run", "--route", "teleport", "hi"], "unknown route 'teleport'"),
         (["run", "--budget", "ten", "hi"], "invalid int value"),
         (["run", "--policy", "nonsense", "hi"], "bad backend spec"),
         (["frobnicate"], "invalid choice"),

@@ -100,7 +100,7 @@ def test_the_default_router_with_an_index_answers_what_the_model_knows_and_absta
     assert d.action == "abstain" or (d.state == "insufficient_evidence" and not d.calibrated)
     # general knowledge asked with an unrelated index attached: the index lacking "Hamlet" does not make the
     # question unanswerable (a router retrained with 144 docs questions abstained on 3 of these 8: not shipped,
-    # docs/routing.md, "More runs per question ..."); the shipped one abstains on the Mona Lisa alone
+    # docs/results/routing.md, "More runs per question ..."); the shipped one abstains on the Mona Lisa alone
     general = ["What is the capital of Italy?", "Who wrote Hamlet?", "What is the boiling point of water in Celsius?",
                "Who painted the Mona Lisa?", "What is the largest planet in the solar system?",
                "How many legs does a spider have?", "Who was the first president of the United States?",

@@ -122,7 +122,7 @@ def test_train_metrics_report_ece_apart_for_calibrated_and_insufficient_runs(tra
 
 def test_evidence_on_the_numeric_features_reads_the_kind_of_question_not_its_words(tmp_path, monkeypatch):
     """The kernel over the numeric features only (``train.router.EVIDENCE_DIMS``; the default reads the hashed
-    words too, see docs/routing.md): a question of a kind the router was fit on counts its runs; one of another
+    words too, see docs/results/routing.md): a question of a kind the router was fit on counts its runs; one of another
     kind (code) has none; the choice travels in the file."""
     from agentrt.train import router as trainer
 

@@ -113,7 +113,7 @@ def test_too_few_held_out_questions_refuse_even_a_clear_win():
 def test_learn_starts_a_rarely_run_action_from_the_router_in_use(tmp_path):
     """`learn` gives the candidate's pseudo-runs the incumbent's base rates: two failed `ask` runs in traffic that
     mostly succeeded must not leave `ask` near the traffic's pooled rate (the 0.26-0.32 that made adapt_bench's
-    promoted candidate claim ask and reason on a new family; docs/routing.md)."""
+    promoted candidate claim ask and reason on a new family; docs/results/routing.md)."""
     from pathlib import Path
 
     from agentrt.core.config import Settings

@@ -10,7 +10,8 @@ import json
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("route", help="show the router's decision table for a question (runs nothing)")
     p.add_argument("question", help="the question to route")
-    p.add_argument("--router", help="fixed:<action>, rules, self, learned:PATH, cascade (default: rules)")
+    p.add_argument("--router", help="auto, rules, self, cascade, learned:PATH, fixed:<action> (default: setting "
+                   "router, $AGENTRT_ROUTER, else auto: the promoted or shipped router for the policy, else rules)")
     from agentrt.app.commands.run import add_tier_arg
 
     add_tier_arg(p)

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("question", help="the question to answer (non-empty UTF-8 text)")
     p.add_argument("--route", type=route_name, metavar="ROUTE[@TIER]",
                    help=f"skip the router: {', '.join(ROUTES)}; ROUTE@TIER runs it on a model tier (--tier)")
-    p.add_argument("--router", help="fixed:<action>, rules (default), self, learned:PATH, cascade")
+    p.add_argument("--router", help="auto, rules, self, cascade, learned:PATH, fixed:<action> (default: setting "
+                   "router, $AGENTRT_ROUTER, else auto: the promoted or shipped router for the policy, else rules)")
     add_tools_args(p)
     p.add_argument("--budget", type=int, help="token budget for the whole run (default 1024)")
     p.add_argument("--thinking-cap", type=int, help="max thinking tokens for the reason route")

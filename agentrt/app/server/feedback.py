@@ -8,7 +8,7 @@ A verdict steers the router, so the door is narrow (issue 56, item 5):
   or SDK run, and a response made with ``store: false`` (the client asked that nothing be kept) are 404s.
 * **One verdict per response.** A second is a 409; the operator can still change it (``agentrt feedback`` on the
   host). So the verdicts never outnumber the runs served.
-* **Bounded.** The body obeys ``--max-body`` (413); the note is at most ``MAX_NOTE`` characters (400); at most
+* **Bounded.** The body obeys ``--max-body`` (413); the note is at most ``MAX_NOTE`` characters (500); at most
   ``RATE`` verdicts a second on average (a burst of ``BURST``), else 429 with ``Retry-After``.
 * **Behind the key**, like every path but ``/healthz`` (``door.ApiKeyGate``).
 """
