@@ -198,7 +198,8 @@ class LearnedRouter:
     name = "learned"
 
     def __init__(self, model: RouterModel, settings: Settings, cfg: UtilityConfig | None = None, *,
-                 policy: Any = None, version: str = "", fallback_cfg: UtilityConfig | None = None) -> None:
+                 policy: Any = None, version: str = "", fallback_cfg: UtilityConfig | None = None,
+                 base_policy: Any = None) -> None:
         self.model = model
         self.settings = settings
         cfg = cfg or UtilityConfig(lam=model.lam, actions=tuple(model.actions))
@@ -207,6 +208,13 @@ class LearnedRouter:
         trained_for = str(((model.provenance or {}).get("policy") or {}).get("id", ""))
         self.mismatch = bool(policy is not None and trained_for and trained_for != policy.id)
         self.policy_id = policy.id if policy is not None else ""
+        # A tiered policy whose base model this router was trained for (``base_policy``): its estimates stand for
+        # the base tier's actions, and each tier action gets the base route's estimate lifted (router.tiers), marked
+        # as resting on no run of that tier, until a router is learned for the tiered policy
+        self.lifted: UtilityConfig | None = None
+        if self.mismatch and base_policy is not None and trained_for == base_policy.id and fallback_cfg is not None:
+            self.mismatch = False
+            self.lifted = self.cfg.model_copy(update={"actions": fallback_cfg.actions, "prices": fallback_cfg.prices})
         self.fallback = None
         if self.mismatch:
             from agentrt.router.rules import RulesRouter
@@ -238,7 +246,18 @@ class LearnedRouter:
             d.evidence, d.state, d.fallback = sizes, ev.OTHER_POLICY, "rules"
             return d
         p, tokens = self.model.predict(x)
-        d = choose(self.name, p, tokens, budget, self.cfg, features=features)
+        if self.lifted is not None:
+            from agentrt.router.tiers import TIER_UPLIFT, with_tier_priors
+
+            with_tier_priors(p, tokens, self.lifted.actions)
+            d = choose(self.name, p, tokens, budget, self.lifted, features=features)
+            if "@" in d.action:  # no run of this tier taught the router anything: an uncalibrated prior decided
+                d.router_version, d.evidence, d.state, d.fallback = self.version, sizes, ev.INSUFFICIENT, "tier_prior"
+                d.reason += (f" ({d.action}: the router's estimate for {d.action.partition('@')[0]} on the base model, "
+                             f"lifted by {TIER_UPLIFT:g} of what it misses; no run on this tier yet)")
+                return d
+        else:
+            d = choose(self.name, p, tokens, budget, self.cfg, features=features)
         d.router_version = self.version
         d.evidence = sizes
         if not (self.model.provenance or {}).get("policy"):

@@ -7,7 +7,8 @@ large tier, and a bare ``read`` runs on the base tier. The router compares them 
 
 * ``seconds`` (the default): an action costs its expected tokens x its tier's seconds per token, measured from the
   runs of this home (``speeds.json``, an average over every model call the tier made: prompt and generated tokens
-  over the call's seconds), and before any run from the size of the tier's weights (``prior_seconds_per_token``).
+  over the call's seconds) once every tier has run here, and until then from the size of each tier's weights
+  (``prior_seconds_per_token``).
   The budget is priced at the slowest tier's speed, so a policy with one tier prices exactly as ``tokens`` does.
 * ``tokens``: every tier's token costs the same.
 
@@ -123,15 +124,17 @@ def seconds_per_token(settings: Settings) -> dict[str, tuple[float | None, str]]
     """``{tier: (seconds per token, source)}``, source ``measured (N runs)``, ``estimated from its weights`` or
     ``unknown`` (then None)."""
     home, models_dir = Path(settings.home), settings.models_dir
-    seen = measured(home)
+    seen, specs = measured(home), tier_specs(settings)
+    got = {t: seen.get(spec, {}).get("s_per_token") for t, spec in specs.items()}
+    if all(isinstance(v, (int, float)) and v > 0 for v in got.values()):
+        return {t: (float(got[t]), f"measured ({int(seen[spec].get('runs', 0))} runs)")  # type: ignore[arg-type]
+                for t, spec in specs.items()}
+    # like with like: while one tier is unmeasured, every tier is priced by its weights (a measured figure beside
+    # an estimate would compare a machine's real speed with a rule of thumb)
     out: dict[str, tuple[float | None, str]] = {}
-    for tier, spec in tier_specs(settings).items():
-        m = seen.get(spec, {})
-        if isinstance(m.get("s_per_token"), (int, float)) and m["s_per_token"] > 0:
-            out[tier] = (float(m["s_per_token"]), f"measured ({int(m.get('runs', 0))} runs)")
-        else:
-            prior = prior_seconds_per_token(spec, models_dir)
-            out[tier] = (prior, "estimated from its weights" if prior else "unknown")
+    for tier, spec in specs.items():
+        prior = prior_seconds_per_token(spec, models_dir)
+        out[tier] = (prior, "estimated from its weights" if prior else "unknown")
     return out
 
 

