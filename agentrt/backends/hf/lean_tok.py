@@ -19,6 +19,14 @@ from typing import Any
 
 _SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' marker for continue_final_message
+_LONG = 4096  # characters (encode) or ids (decode) above which the GIL-free batch call is used
+# tokenizer classes whose transformers tokenizer is the folder's tokenizer.json as it is, or (_QWEN2) its
+# vocabulary and merges in the class's own pipeline, rebuilt in ``_qwen2_pipeline``
+_QWEN2 = ("Qwen2Tokenizer", "Qwen2TokenizerFast")
+_PLAIN_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast", "GPT2Tokenizer", "GPT2TokenizerFast", *_QWEN2, None)
+# transformers' Qwen2Tokenizer pre-tokenizing regex (models/qwen2/tokenization_qwen2.py)
+_QWEN2_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+                r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 
 class _Encoding:
@@ -39,6 +47,8 @@ class LeanTokenizer:
 
         self.path = path
         self._tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        if config.get("tokenizer_class") in _QWEN2:
+            _qwen2_pipeline(self._tok, bool(config.get("add_prefix_space")))
         self.chat_template = chat_template
         self.special_tokens_map = {k: _content(config[k]) for k in _SPECIAL if config.get(k) is not None}
         for k in _SPECIAL:
@@ -68,12 +78,20 @@ class LeanTokenizer:
     def __call__(self, text: Any, add_special_tokens: bool = True, **kwargs: Any) -> Any:
         if kwargs or not isinstance(text, str):
             return self.hf(text, add_special_tokens=add_special_tokens, **kwargs)
-        return _Encoding(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        return _Encoding(self._ids(text, add_special_tokens))
 
     def encode(self, text: Any, add_special_tokens: bool = True, **kwargs: Any) -> list[int]:
         if kwargs or not isinstance(text, str):
             return self.hf.encode(text, add_special_tokens=add_special_tokens, **kwargs)
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        return self._ids(text, add_special_tokens)
+
+    def _ids(self, text: str, add_special_tokens: bool) -> list[int]:
+        """The text's ids. A long text goes through ``encode_batch`` (the same ids), which lets go of the GIL while
+        it works: ``encode`` holds it, so a 1 MB text tokenized in a server's worker thread stalled its event loop
+        for the whole 1.6 s (agentrt.app.server.offload)."""
+        if len(text) <= _LONG:
+            return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> str:
         if kwargs:
@@ -82,6 +100,8 @@ class LeanTokenizer:
             token_ids = token_ids.tolist()
         if isinstance(token_ids, int):
             token_ids = [token_ids]
+        if len(token_ids) > _LONG:  # as _ids: decode_batch lets go of the GIL, decode holds it
+            return self._tok.decode_batch([token_ids], skip_special_tokens=skip_special_tokens)[0]
         return self._tok.decode(token_ids, skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(self, conversation: Any, tools: Any = None, documents: Any = None,
@@ -155,12 +175,24 @@ def lean_tokenizer(path: Path) -> LeanTokenizer | None:
     if (not (path / "tokenizer.json").is_file() or config.get("clean_up_tokenization_spaces")
             or not isinstance(template, (str, type(None)))
             or (template and re.search(r"\{%-?\s*generation\s*-?%\}", template))
-            or config.get("tokenizer_class") not in ("TokenizersBackend", "PreTrainedTokenizerFast", "GPT2Tokenizer",
-                                                     "GPT2TokenizerFast", None)
+            or config.get("tokenizer_class") not in _PLAIN_CLASSES
             or any(k in config for k in ("add_bos_token", "add_eos_token", "extra_special_tokens",
                                          "additional_special_tokens", "added_tokens_decoder"))):
         return None
     return LeanTokenizer(path, config, template)
+
+
+def _qwen2_pipeline(tok: Any, add_prefix_space: bool) -> None:
+    """What transformers' ``Qwen2Tokenizer`` does to the folder's BPE whatever its tokenizer.json says: NFC
+    normalization, Qwen's split regex, byte-level bytes (a converted GGUF's tokenizer.json has no normalizer,
+    so "e" + combining acute would otherwise tokenize unlike transformers)."""
+    from tokenizers import decoders, normalizers, pre_tokenizers, Regex
+
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_QWEN2_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
 
 
 def _content(token: Any) -> str:

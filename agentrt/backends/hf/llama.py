@@ -1,4 +1,4 @@
-"""A lean Llama for the hf backend: plain torch, no transformers model code.
+"""A lean Llama / Qwen2 decoder for the hf backend: plain torch, no transformers model code.
 
 Importing transformers' modeling stack (``modeling_utils`` and what it drags in: ``torch.distributed.tensor``,
 sympy, ``torch._dynamo``) and building the model through ``from_pretrained`` took most of an ``agentrt run``
@@ -18,9 +18,14 @@ transformers' model with ``cpu_speed``'s speed-ups bit for bit and greedy output
 * oneDNN-packed large linears for decode steps of two rows or more, packed on the first such step (a
   single request never pays for them). Prompt passes keep the plain product.
 
-``lean_config`` says which folders qualify (``LlamaForCausalLM``, SiLU, default rotary, no biases, a
-``model.safetensors`` file); the runner falls back to transformers for the rest or when
-``AGENTRT_HF_IMPL=transformers``.
+Qwen2 (``Qwen2ForCausalLM``) is the same decoder with biases on the query/key/value projections (none on the
+output projection), an untied LM head and its own RoPE base, all read from ``config.json``; transformers'
+``Qwen2Attention`` differs from Llama's only by a sliding window that its configs leave off.
+
+``lean_support`` says which folders qualify (those two architectures, SiLU, default rotary, no sliding
+window, a ``model.safetensors`` file) and why a folder does not; the runner falls back to transformers for
+the rest (and says so) or when ``AGENTRT_HF_IMPL=transformers``. ``load(..., weights="int8")`` puts the MLP,
+attention output and LM head on int8 weights (``lean_weights.py``); fp32 is the exact format described above.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from agentrt.backends.hf.kvcache import LeanCache
 
 ENV_IMPL = "AGENTRT_HF_IMPL"  # "transformers" forces transformers' model classes for every folder
 WEIGHTS = "model.safetensors"
+# architecture -> (model_type, q/k/v projections with biases)
+ARCHITECTURES = {"LlamaForCausalLM": ("llama", False), "Qwen2ForCausalLM": ("qwen2", True)}
 
 
 @dataclass
@@ -54,6 +61,8 @@ class LlamaConfig:
     rope_theta: float
     max_position_embeddings: int
     tie_word_embeddings: bool
+    architecture: str = "LlamaForCausalLM"
+    qkv_bias: bool = False  # Qwen2: biases on the query/key/value projections
     eos_token_id: Any = None
     pad_token_id: Any = None
     bos_token_id: Any = None
@@ -61,18 +70,36 @@ class LlamaConfig:
 
 
 def lean_config(path: Path) -> LlamaConfig | None:
-    """The folder's configuration when the lean Llama can run it exactly, else None (use transformers)."""
+    """The folder's configuration when the lean decoder can run it exactly, else None (use transformers)."""
+    return lean_support(path)[0]
+
+
+def lean_support(path: Path) -> tuple[LlamaConfig | None, str]:
+    """``(config, "")`` when the lean decoder can run the folder exactly, else ``(None, why not)``."""
     try:
         raw = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as e:
+        return None, f"config.json unreadable ({e})"
+    archs = raw.get("architectures") or ["?"]
+    arch = archs[0]
+    if arch not in ARCHITECTURES or len(archs) != 1:
+        return None, f"architecture {arch} (the lean runner takes {', '.join(ARCHITECTURES)})"
+    model_type, qkv_bias = ARCHITECTURES[arch]
     rope = raw.get("rope_parameters") or {"rope_type": "default", "rope_theta": raw.get("rope_theta", 10000.0)}
-    if (raw.get("architectures") != ["LlamaForCausalLM"] or raw.get("model_type") != "llama"
-            or raw.get("hidden_act", "silu") != "silu" or raw.get("attention_bias") or raw.get("mlp_bias")
-            or raw.get("rope_scaling") or rope.get("rope_type", rope.get("type", "default")) != "default"
-            or "rope_theta" not in rope or raw.get("layer_types") or raw.get("sliding_window")
-            or not (path / WEIGHTS).is_file()):
-        return None
+    # Qwen2 configs name a sliding window that only counts with use_sliding_window (transformers' rule)
+    window = raw.get("sliding_window") if model_type == "llama" or raw.get("use_sliding_window") else None
+    checks = [(raw.get("model_type") == model_type, f"model_type {raw.get('model_type')!r}"),
+              (raw.get("hidden_act", "silu") == "silu", f"activation {raw.get('hidden_act')}"),
+              (qkv_bias or not raw.get("attention_bias"), "attention biases"),
+              (not raw.get("mlp_bias"), "MLP biases"),
+              (not raw.get("rope_scaling") and "rope_theta" in rope
+               and rope.get("rope_type", rope.get("type", "default")) == "default", "scaled rotary embeddings"),
+              (not window and all(t == "full_attention" for t in raw.get("layer_types") or []),
+               "sliding-window attention"),
+              ((path / WEIGHTS).is_file(), f"no {WEIGHTS}")]
+    why = next((reason for ok, reason in checks if not ok), "")
+    if why:
+        return None, f"{arch} with {why}"
     heads = int(raw["num_attention_heads"])
     return LlamaConfig(
         vocab_size=int(raw["vocab_size"]), hidden_size=int(raw["hidden_size"]),
@@ -81,9 +108,9 @@ def lean_config(path: Path) -> LlamaConfig | None:
         head_dim=int(raw.get("head_dim") or raw["hidden_size"] // heads),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=float(rope["rope_theta"]),
         max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)), architecture=arch, qkv_bias=qkv_bias,
         eos_token_id=raw.get("eos_token_id"), pad_token_id=raw.get("pad_token_id"),
-        bos_token_id=raw.get("bos_token_id"))
+        bos_token_id=raw.get("bos_token_id")), ""
 
 
 @dataclass(slots=True)
@@ -92,55 +119,78 @@ class LeanOutput:
     past_key_values: Any
 
 
+Linear = Any  # an fp32 weight tensor (out x in, stored transposed) or an ``Int8Linear``
+
+
 @dataclass(slots=True)
 class _Layer:
     norm_in: torch.Tensor
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    o: torch.Tensor
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
     norm_post: torch.Tensor
-    gate: torch.Tensor
-    up: torch.Tensor
-    down: torch.Tensor
+    gate: Linear
+    up: Linear
+    down: Linear
+    q_bias: torch.Tensor | None = None  # Qwen2's
+    k_bias: torch.Tensor | None = None
+    v_bias: torch.Tensor | None = None
 
 
 class LeanLlama:
-    """A ``LlamaForCausalLM`` forward pass in plain torch over weights loaded by ``load``."""
+    """A ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` forward pass in plain torch over weights loaded by
+    ``load``; ``weights`` is the format of the linear layers (``fp32`` or ``int8``, ``lean_weights.py``)."""
 
-    def __init__(self, path: Path, config: LlamaConfig, weights: dict[str, torch.Tensor]) -> None:
-        self.path, self.config = path, config
+    def __init__(self, path: Path, config: LlamaConfig, weights: Any, *, weights_format: str = "fp32") -> None:
+        self.path, self.config, self.weights_format = path, config, weights_format
         self.generation_config = _generation_config(path)
         c = config
+        int8 = weights_format == "int8"
+        if int8:
+            from agentrt.backends.hf.lean_weights import Int8Linear
 
-        def linear(name: str) -> torch.Tensor:  # stored transposed: the same values, faster batched steps
-            return weights[name].float().t().contiguous().t()
+        def linear(name: str, quantize: bool = True) -> Linear:
+            if int8 and quantize:
+                return Int8Linear(weights[name])
+            return weights[name].float().t().contiguous().t()  # stored transposed: faster batched steps
 
-        # tied: the LM head is the embedding matrix (transposed storage serves the lookup as well)
-        self.embed = linear("model.embed_tokens.weight")
-        self.lm_head = self.embed if c.tie_word_embeddings else linear("lm_head.weight")
+        def bias(name: str | None) -> torch.Tensor | None:
+            return weights[name].float() if name else None
+
+        # tied: the LM head is the embedding matrix (transposed storage serves the lookup as well); the
+        # lookup stays fp32 in every format
+        self.embed = weights["model.embed_tokens.weight"].float().t().contiguous().t()
+        if c.tie_word_embeddings:
+            self.lm_head = Int8Linear(self.embed) if int8 else self.embed
+        else:
+            self.lm_head = linear("lm_head.weight")
         self.norm = weights["model.norm.weight"].float()
         self.layers = []
         for i in range(c.num_hidden_layers):
-            p = f"model.layers.{i}."
-            self.layers.append(_Layer(
-                weights[p + "input_layernorm.weight"].float(), linear(p + "self_attn.q_proj.weight"),
-                linear(p + "self_attn.k_proj.weight"), linear(p + "self_attn.v_proj.weight"),
-                linear(p + "self_attn.o_proj.weight"), weights[p + "post_attention_layernorm.weight"].float(),
+            p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
+            qkv = [(a + f"{n}_proj.weight", a + f"{n}_proj.bias" if c.qkv_bias else None) for n in "qkv"]
+            self.layers.append(_Layer(  # q/k/v stay fp32 in every format (``lean_weights.py`` says why)
+                weights[p + "input_layernorm.weight"].float(), *(linear(w, quantize=False) for w, _ in qkv),
+                linear(a + "o_proj.weight"), weights[p + "post_attention_layernorm.weight"].float(),
                 linear(p + "mlp.gate_proj.weight"), linear(p + "mlp.up_proj.weight"),
-                linear(p + "mlp.down_proj.weight")))
+                linear(p + "mlp.down_proj.weight"), *(bias(b) for _, b in qkv)))
         # transformers' default RoPE parameters, computed the same way (float32)
         self.inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float) / c.head_dim))
         self.groups = c.num_attention_heads // c.num_key_value_heads
         self.scaling = c.head_dim ** -0.5
-        self._packed: dict[int, Any] | None = None  # id(weight) -> oneDNN-packed copy, made on first use
+        # id(weight) -> oneDNN-packed copy, made on first use (fp32 only: int8 kernels take any row count)
+        self._packed: dict[int, Any] | None = {} if int8 else None
         self._reference = None
 
     @classmethod
-    def load(cls, path: Path, config: LlamaConfig) -> LeanLlama:
-        from safetensors.torch import load_file
+    def load(cls, path: Path, config: LlamaConfig, weights: str = "fp32") -> LeanLlama:
+        """The model from ``path/model.safetensors``, its linear layers in format ``weights`` (fp32, int8).
+        Tensors are read one at a time, so a load never holds two fp32 copies of the weights."""
+        from safetensors import safe_open
 
-        return cls(path, config, load_file(path / WEIGHTS))
+        with safe_open(path / WEIGHTS, framework="pt") as f:
+            return cls(path, config, _Tensors(f), weights_format=weights)
 
     # -- the forward pass ----------------------------------------------------------------------------
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -160,14 +210,14 @@ class LeanLlama:
         shape = (batch, q_len, -1, self.config.head_dim)
         for i, w in enumerate(self.layers):
             x = self._rms_norm(h, w.norm_in)
-            q = F.linear(x, w.q).view(shape).transpose(1, 2)
-            k = F.linear(x, w.k).view(shape).transpose(1, 2)
-            v = F.linear(x, w.v).view(shape).transpose(1, 2)
+            q = _linear(x, w.q, None, w.q_bias).view(shape).transpose(1, 2)
+            k = _linear(x, w.k, None, w.k_bias).view(shape).transpose(1, 2)
+            v = _linear(x, w.v, None, w.v_bias).view(shape).transpose(1, 2)
             q = (q * cos) + (_rotate_half(q) * sin)
             k = (k * cos) + (_rotate_half(k) * sin)
             k, v = past.update(k, v, i)
             attn = self._attention(q, k, v, mask).reshape(batch, q_len, -1).contiguous()
-            h = h + F.linear(attn, w.o)
+            h = h + _linear(attn, w.o, None)
             x = self._rms_norm(h, w.norm_post)
             mlp = F.silu(_linear(x, w.gate, packed)) * _linear(x, w.up, packed)
             h = h + _linear(mlp, w.down, packed)
@@ -215,9 +265,9 @@ class LeanLlama:
 
     # -- for tests and comparisons -------------------------------------------------------------------
     def reference(self) -> Any:
-        """transformers' ``LlamaForCausalLM`` on the same folder with ``cpu_speed``'s layouts (transposed
-        linears, copy-free decode attention; no packing, which the lean model keeps to batched steps):
-        what this model must match. Loaded on first call (transformers' modeling import, ~5 s)."""
+        """transformers' model class (``LlamaForCausalLM``, ``Qwen2ForCausalLM``) on the same folder in fp32
+        with ``cpu_speed``'s layouts (transposed linears, copy-free decode attention; no packing, which the
+        lean model keeps to batched steps): what this model must match in fp32. Loaded on first call (transformers' modeling import, ~5 s)."""
         if self._reference is None:
             from transformers import AutoModelForCausalLM
             from transformers.utils import logging as hf_logging
@@ -236,9 +286,22 @@ class LeanLlama:
         return self.reference().generate(*args, **kwargs)
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor, packed: dict[int, Any] | None) -> torch.Tensor:
+class _Tensors:
+    """An open safetensors file read by name (``weights[name]``), one tensor at a time."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.handle.get_tensor(name)
+
+
+def _linear(x: torch.Tensor, weight: Linear, packed: dict[int, Any] | None,
+            bias: torch.Tensor | None = None) -> torch.Tensor:
+    if type(weight) is not torch.Tensor:  # an Int8Linear (its bias inside)
+        return weight(x)
     if not packed:
-        return F.linear(x, weight)
+        return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1]
     out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, -1), packed[id(weight)], None, "none", [], "")
     return out.reshape(*x.shape[:-1], out.shape[-1])

@@ -1,7 +1,8 @@
 """The model runner of the transformers batcher: the model, its forward passes and its sampler.
 
-It loads a local Hugging Face folder (a Llama through the lean ``llama.py``, anything else through transformers
-with the CPU speed-ups of ``cpu_speed.py``), runs prompt passes (only
+It loads a local Hugging Face folder (a Llama or Qwen2 through the lean ``llama.py``, in the weight format of
+``lean_weights.py``; anything else through transformers with the CPU speed-ups of ``cpu_speed.py``, saying
+so once), runs prompt passes (only
 what the prefix cache lacks) and one-token decode steps over a ``Group`` of rows (``kvcache.py``), and picks
 each row's next token: grammar mask, then greedy or temperature / top-p sampling. It holds no request state:
 the scheduler (``scheduler.py``) decides what runs and records what comes out.
@@ -9,6 +10,7 @@ the scheduler (``scheduler.py``) decides what runs and records what comes out.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -23,15 +25,23 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise missing_extra(e.name or "torch", "hf") from None
 
 from agentrt.backends.hf.kvcache import Group, PrefixCache, joinable, new_cache
-from agentrt.backends.hf.llama import ENV_IMPL, LeanLlama, lean_config
+from agentrt.backends.hf.lean_weights import resolve_format
+from agentrt.backends.hf.llama import ENV_IMPL, WEIGHTS, LeanLlama, lean_support
 from agentrt.backends.hf.sequence import BatcherStats, Row
 
 
+log = logging.getLogger("agentrt.hf")
+_WARNED: set[str] = set()  # folders whose transformers fallback was announced (once per process)
+
+
 class ModelRunner:
-    """One causal LM on the CPU and the passes the scheduler asks for; counts them in ``stats``."""
+    """One causal LM on the CPU and the passes the scheduler asks for; counts them in ``stats``.
+
+    ``weights`` is the lean model's weight format (``auto``, ``int8``, ``fp32``: ``lean_weights.py``);
+    ``impl`` says what runs: ``lean-fp32``, ``lean-int8`` or ``transformers``."""
 
     def __init__(self, path: Path, stats: BatcherStats, *, threads: int, wide_threads: int,
-                 prefix_cache_mb: int) -> None:
+                 prefix_cache_mb: int, weights: str = "auto") -> None:
         if not (path / "config.json").is_file():
             raise ConfigError(f"{path} is not a Hugging Face model folder (no config.json)")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,13 +53,20 @@ class ModelRunner:
         impl = (os.environ.get(ENV_IMPL) or "auto").strip().lower()
         if impl not in ("auto", "transformers"):
             raise ConfigError(f"{ENV_IMPL}={impl!r}: use auto (the lean Llama where it fits) or transformers")
-        lean = lean_config(path) if impl == "auto" else None
-        self.lean = lean is not None  # the lean Llama (``llama.py``) instead of transformers' model classes
+        lean, why = lean_support(path) if impl == "auto" else (None, f"{ENV_IMPL}=transformers")
+        self.lean = lean is not None  # the lean decoder (``llama.py``) instead of transformers' model classes
         if lean is not None:
+            fmt = resolve_format(weights, path / WEIGHTS)
             self.tokenizer = _fast_tokenizer(path)
-            self.model = LeanLlama.load(path, lean)
+            self.model = LeanLlama.load(path, lean, fmt)
+            self.impl = f"lean-{fmt}"
+            log.info("agentrt: %s: %s on the lean runner, %s weights", path.name, lean.architecture, fmt)
         else:
+            if impl == "auto" and str(path) not in _WARNED:  # a slower path nobody chose: say so, once
+                _WARNED.add(str(path))
+                log.warning("agentrt: %s: %s runs on the transformers fallback (slower, fp32)", path.name, why)
             self.tokenizer, self.model = _transformers_model(path)
+            self.impl = "transformers"
         self.config = self.model.config
         self.context_length = int(getattr(self.config, "max_position_embeddings", 2048))
         self.vocab_size = int(self.config.vocab_size)
