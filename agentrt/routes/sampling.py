@@ -65,7 +65,7 @@ async def reason_samples(ctx: RunContext, samples: int, *, thinking_cap: int,
     for c in completion.choices:
         output = read_tail(c.text, None) if tail else RouteOutput(c.text)  # the confidence tail comes off first
         thought, answer = split_thought(prefill + output.answer)
-        span = sample_span(output.answer, answer, thought)
+        span = sample_span(output.answer, answer, thought, cut=c.finish_reason == "length")
         spans.append(span)
         outputs.append(RouteOutput(span, thought, confidence=output.confidence,
                                    confidence_status=output.confidence_status))
@@ -83,13 +83,17 @@ async def reason_samples(ctx: RunContext, samples: int, *, thinking_cap: int,
     return outputs[best]
 
 
-def sample_span(text: str, answer: str, thought: str | None) -> str:
+def sample_span(text: str, answer: str, thought: str | None, *, cut: bool = False) -> str:
     """A sample's answer: the span after its answer marker (anywhere in the sample: an unclosed thought
-    still states "Final answer: 42"), else what followed its thought, else its thought's last line."""
+    still states "Final answer: 42"), else what followed its thought, else its thought's last line, unless
+    the sample was ``cut`` at its token cap: then that line is where the cap fell, not an answer ("" instead;
+    a model that thinks at length, as Qwen2.5 does, votes "1. Identify" otherwise)."""
     body = text.replace(THINK_OPEN, "").replace("</think>", "\n")
     span, marked = answer_span(body)
     if marked and span.strip():
         return span.strip()
     if answer.strip():
         return answer.strip()
+    if cut:
+        return ""
     return (thought or "").strip().splitlines()[-1].strip() if (thought or "").strip() else ""

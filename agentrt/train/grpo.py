@@ -173,6 +173,15 @@ def cpu_grpo_config(output_dir: str | Path, *, steps: int, batch_size: int, num_
         **extra)
 
 
+def model_folder(model_dir: str | Path | None, models_dir: Path) -> Path:
+    """The Hugging Face folder to train: ``model_dir`` as given, or the folder a spec names (``embedded``, the
+    default; ``embedded:NAME``, ``hf:embedded:NAME``, a ``.gguf`` file, converted once)."""
+    from agentrt.backends.embedded import resolve
+
+    arg = "embedded" if model_dir is None else str(model_dir)
+    return resolve(arg[3:] if arg.startswith("hf:") else arg, models_dir, kind="hf")[0]
+
+
 def load_trainable(model_dir: str | Path | None, seed: int, train_layers: int) -> tuple[Any, Any, Any, dict]:
     """The policy to train (default: the embedded SmolLM2-135M), offline, seeded, its layers below the top
     ``train_layers`` frozen; returns (settings, model, tokenizer, a copy of its weights before training)."""
@@ -183,10 +192,7 @@ def load_trainable(model_dir: str | Path | None, seed: int, train_layers: int) -
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings = load_settings()
-    if model_dir is None:
-        from agentrt.backends.embedded import embedded_model_path
-
-        model_dir = embedded_model_path(settings.models_dir)
+    model_dir = model_folder(model_dir, settings.models_dir)
     # One thread is as fast on a shared 2-core machine and far kinder to neighbours (FACTS).
     torch.set_num_threads(settings.torch_threads)
     torch.manual_seed(seed)

@@ -49,11 +49,9 @@ def cmd_strategy(args: argparse.Namespace) -> int:
 
         from agentrt.train.watch import make_watch
 
-        model_dir = args.model_dir
-        if model_dir is None:
-            from agentrt.backends.embedded import embedded_model_path
+        from agentrt.train.grpo import model_folder
 
-            model_dir = embedded_model_path(settings.models_dir)
+        model_dir = model_folder(args.model_dir, settings.models_dir)
         ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).requires_grad_(False)
         held = StrategyHeldOut(rows(held_q), AutoTokenizer.from_pretrained(model_dir), reference=ref,
                                cache=cache, lam=lam, means=cache.means(train_q, lam))

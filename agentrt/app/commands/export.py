@@ -22,7 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: the trajectories under $AGENTRT_HOME)")
     p.add_argument("--min-group", type=int, default=2, help="grpo: smallest group of rollouts kept (default 2)")
     p.add_argument("--check-continuity", action="store_true",
-                   help="also re-tokenize each run with the embedded model's tokenizer and report token mismatches")
+                   help="also re-tokenize each run with the tokenizer of the model that wrote it and report token "
+                        "mismatches")
+    p.add_argument("--policy", metavar="SPEC", help="--check-continuity: the model whose tokenizer re-tokenizes every "
+                   "run, hf:FOLDER or hf:embedded[:NAME] (default: the embedded model each run names, else the "
+                   "policy setting)")
     p.add_argument("--strict", action="store_true",
                    help="fail on a corrupt trajectory line (default: skip it and say how many were skipped)")
     p.add_argument("--sft-status", action="append", metavar="STATUS",
@@ -45,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--max-completion-length", type=int, default=None,
                    help="new tokens per completion (default 16; with --env a whole episode, tool results included: 256)")
     t.add_argument("--learning-rate", type=float, default=1e-4, help="learning rate (default 1e-4)")
-    t.add_argument("--model-dir", help="a Hugging Face model folder (default: the embedded SmolLM2-135M)")
+    t.add_argument("--model-dir", help="the policy to train: a Hugging Face folder, a .gguf file, or embedded[:NAME] "
+                   "(e.g. embedded:qwen2.5-coder-0.5b; default: the embedded SmolLM2-135M)")
     t.add_argument("--reward", choices=["verifier", "rlcr"], default="verifier",
                    help="verifier: each row's verifier score; rlcr: the verifier's score minus the Brier term of the "
                         "stated <confidence> (the confidence instruction is appended to every prompt; docs/rlcr.md)")
@@ -110,30 +115,75 @@ def cmd_export(args: argparse.Namespace) -> int:
     if read.quarantined:
         print(f"agentrt: warning: {read.quarantine_summary()}; pass --strict to fail on them", file=sys.stderr)
     if args.check_continuity:
-        _report_continuity(records)
+        _report_continuity(records, args.policy)
     print(report.summary())
     return 0
 
 
-def _report_continuity(records) -> None:
-    from agentrt.backends import load_backend
+def _report_continuity(records, policy: str | None = None) -> None:
+    """Re-tokenize each run with the tokenizer of the model that wrote it (its vocabulary: a Qwen run's ids
+    mean nothing to SmolLM2's tokenizer): the embedded model its model calls name, else ``policy`` (default:
+    the policy setting). Only the tokenizer is loaded, not the model."""
     from agentrt.core.config import load_settings
     from agentrt.trajectory.export import check_continuity
-    from agentrt.trajectory.export_tokens import hf_tokenize
 
-    backend = load_backend("hf:embedded", load_settings())
-    try:
-        tokenize = hf_tokenize(backend)
-        eos = set(getattr(backend, "eos_ids", ()))
-        bad = 0
-        for r in records:
-            result = check_continuity(r, tokenize, eos)
-            if not result.ok:
-                bad += 1
-                print(f"agentrt: continuity: run {r.run_id}: {result.detail}", file=sys.stderr)
-        print(f"token continuity: {len(records) - bad}/{len(records)} runs match their re-tokenized conversation")
-    finally:
-        backend.close()
+    settings = load_settings()
+    checks: dict[str, tuple] = {}
+    bad = 0
+    for r in records:
+        spec = policy or _recorded_spec(r) or settings.policy
+        if spec not in checks:
+            checks[spec] = folder_tokenize(spec, settings.models_dir)
+        tokenize, eos = checks[spec]
+        result = check_continuity(r, tokenize, eos)
+        if not result.ok:
+            bad += 1
+            print(f"agentrt: continuity: run {r.run_id} ({spec}): {result.detail}", file=sys.stderr)
+    print(f"token continuity: {len(records) - bad}/{len(records)} runs match their re-tokenized conversation")
+
+
+def _recorded_spec(record) -> str | None:
+    """``hf:embedded:KEY`` when the run's model calls name an embedded model, else None."""
+    from agentrt.backends.embedded import MODELS
+
+    names = {step.get("model") for step in record.steps if step.get("kind") == "model_call"}
+    return next((f"hf:embedded:{m.key}" for m in MODELS.values() if m.name in names), None)
+
+
+def folder_tokenize(spec: str, models_dir):
+    """A ``tokenize`` for ``check_continuity`` and the end-of-turn ids, from the tokenizer of the local model
+    ``spec`` names (``hf:``/``vllm:`` a folder, a .gguf or ``embedded[:NAME]``), rendered as the backend renders."""
+    from agentrt.backends import parse_spec
+    from agentrt.backends.embedded import resolve
+    from agentrt.backends.hf.lean_tok import lean_tokenizer
+    from agentrt.core.errors import InputError
+    from agentrt.core.types import as_messages
+
+    kind, arg = parse_spec(spec.strip())
+    if kind not in ("hf", "vllm"):
+        raise InputError(f"--check-continuity re-tokenizes with a local model's tokenizer, and {spec} names none; "
+                         "pass --policy hf:FOLDER (or hf:embedded[:NAME])")
+    path, _ = resolve(arg, models_dir, kind=kind)
+    tokenizer = lean_tokenizer(path)
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    eos = {tokenizer.eos_token_id}
+    try:  # the generation config may end a turn on more ids than the tokenizer's eos (HFBackend.eos_ids)
+        listed = json.loads((path / "generation_config.json").read_text()).get("eos_token_id")
+        eos.update(listed if isinstance(listed, list) else [listed])
+    except (OSError, ValueError):
+        pass
+
+    def tokenize(messages: list[dict]) -> list[int]:
+        chat = [m.to_dict() for m in as_messages(messages)]
+        prefill = bool(chat) and chat[-1]["role"] == "assistant"  # rendered as HFBackend.render does
+        text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=not prefill,
+                                             continue_final_message=prefill)
+        return list(tokenizer(text, add_special_tokens=False).input_ids)
+
+    return tokenize, {int(i) for i in eos if isinstance(i, int)}
 
 
 def cmd_train_policy(args: argparse.Namespace) -> int:
@@ -202,11 +252,9 @@ def _watch(args: argparse.Namespace, out: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model_dir = args.model_dir
-    if model_dir is None:
-        from agentrt.backends.embedded import embedded_model_path
+    from agentrt.train.grpo import model_folder
 
-        model_dir = embedded_model_path(load_settings(args.config).models_dir)
+    model_dir = model_folder(args.model_dir, load_settings(args.config).models_dir)
     ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).requires_grad_(False)
     held = HeldOut(rlcr_rows(read_prompt_rows(args.watch)), AutoTokenizer.from_pretrained(model_dir), reference=ref,
                    max_answer_tokens=args.max_completion_length or 16)

@@ -101,10 +101,9 @@ def _watch(args: argparse.Namespace, out: str, held: list[Any], run: Any, model_
         raise InputError(f"--watch with --env takes a number of held-out questions, got {args.watch!r}") from None
     if k < 1 or not held:
         raise InputError("--watch K needs K >= 1 and held-out questions (raise --holdout)")
-    if model_dir is None:
-        from agentrt.backends.embedded import embedded_model_path
+    from agentrt.train.grpo import model_folder
 
-        model_dir = embedded_model_path(load_settings(args.config).models_dir)
+    model_dir = model_folder(model_dir, load_settings(args.config).models_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     run.prepare_tokenizer(tokenizer)
     ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).requires_grad_(False)
