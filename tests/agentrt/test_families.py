@@ -31,13 +31,14 @@ SYSTEM_LINE = {"smollm2": "You are a helpful AI assistant named SmolLM", "qwen":
 CONTROL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def qwen(qwen_model_path):
-    """The second embedded model's backend, loaded once per test process (the lean runner)."""
+    """The second embedded model's backend (the lean runner), loaded for this module and freed after it: ~3 GB
+    a test process need not keep while the rest of the suite runs beside it on a 24 GB machine."""
     from agentrt.backends import load_backend
     from agentrt.core.config import Settings
 
-    backend = load_backend(QWEN_SPEC, Settings())
+    backend = load_backend(QWEN_SPEC, Settings(), cache=False)
     yield backend
     backend.close()
 
