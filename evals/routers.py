@@ -92,6 +92,13 @@ def make_router(spec: str, settings: Settings | None = None) -> EvalRouter:
         from agentrt.core.config import Settings
 
         settings = Settings()
+    if kind == "fixed" and "@" in arg:  # a route on a model tier: its form here, the tier by the command's settings
+        from agentrt.core.request import check_route
+
+        try:
+            return FixedRouter(check_route(arg))
+        except ValueError as e:
+            raise InputError(f"router {spec!r}: {e}") from None
     try:
         runtime_router(spec, settings)
     except ConfigError as e:

@@ -141,6 +141,11 @@ def test_an_unknown_tier_is_one_clear_error(tmp_path):
     bad = subprocess.run([AGENTRT, "route", "--tier", "large", "q"], capture_output=True, text=True,
                          env={**os.environ, "AGENTRT_HOME": str(tmp_path)}, timeout=120)
     assert bad.returncode == 2 and "--tier wants NAME=SPEC" in bad.stderr
+    suite = Path(__file__).resolve().parents[2] / "evals" / "data" / "arith-dev.jsonl"
+    ev = subprocess.run([AGENTRT, "eval", "--suite", str(suite), "--router", "fixed:read@large", "--limit", "1",
+                         "--out", str(tmp_path / "ev")], capture_output=True, text=True, timeout=120,
+                        env={**os.environ, "AGENTRT_HOME": str(tmp_path)})
+    assert ev.returncode == 2 and "router fixed:read@large: no tier 'large'" in ev.stderr, ev.stderr
 
 
 def test_the_route_table_offers_both_tiers_of_the_two_embedded_families(tmp_path):

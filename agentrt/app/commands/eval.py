@@ -53,6 +53,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentrt.app.agent import Agent
     from agentrt.app.commands.run import preflight, tier_overrides
     from agentrt.core.config import load_settings
+    from agentrt.core.errors import InputError
     # The eval harness sits above the runtime: imported here, lazily, and only by this command.
     from evals.runner import EvalConfig, evaluate, resolve_temperature, runtime_specs, suite_corpus, validate
 
@@ -62,6 +63,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
                         tools=args.tools, out=args.out)
     routers, suites = validate(config)  # bad input fails before the model loads
     settings = load_settings(args.config, policy=args.policy, **tier_overrides(args))
+    for spec in config.routers:  # fixed:ROUTE@TIER names a tier these settings must have
+        tier = spec.partition(":")[2].partition("@")[2] if spec.startswith("fixed:") else ""
+        if tier and tier not in settings.tiers:
+            raise InputError(f"router {spec}: no tier {tier!r} (tiers: {', '.join(settings.tiers) or 'none'}); "
+                             f"add it with --tier {tier}=SPEC")
     if args.confidence:
         settings.confidence = args.confidence
     # The plan route searches --corpus, else the suite's corpus file (indexed here, once), else the setting.
