@@ -50,13 +50,15 @@ def tiered_actions(actions: tuple[str, ...], settings: Settings) -> tuple[str, .
     return tuple(dict.fromkeys([*actions, *extra]))
 
 
-def with_tier_priors(p: dict[str, float], tokens: dict[str, float], actions: tuple[str, ...]) -> None:
-    """Give each tier action of ``actions`` missing from ``p`` the rules' prior (in place): the base route's
-    p_success lifted by ``TIER_UPLIFT`` of what it misses, at the base route's expected tokens."""
+def with_tier_priors(p: dict[str, float], tokens: dict[str, float], actions: tuple[str, ...],
+                     uplift: float = TIER_UPLIFT) -> None:
+    """Give each tier action of ``actions`` missing from ``p`` a prior (in place): the base route's p_success
+    lifted by ``uplift`` of what it misses (the rules' ``TIER_UPLIFT``; 0 keeps the base estimate), at the base
+    route's expected tokens."""
     for a in actions:
         route, tier = split_action(a)
         if tier != BASE_TIER and a not in p and route in p:
-            p[a] = min(0.99, p[route] + TIER_UPLIFT * (1.0 - p[route]))
+            p[a] = min(0.99, p[route] + uplift * (1.0 - p[route]))
             tokens[a] = tokens[route]
 
 

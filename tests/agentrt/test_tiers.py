@@ -71,10 +71,10 @@ def test_prices_come_from_measured_speeds_else_the_weights(tmp_path):
     assert tiers.prices(s.model_copy(update={"cost_unit": "tokens"}), ("read", "read@large")) == {}
 
 
-def test_the_shipped_router_knows_the_base_tier_and_lifts_the_new_one(tmp_path):
+def test_the_shipped_router_knows_the_base_tier_and_not_yet_the_new_one(tmp_path):
     """A tiered policy is another policy (its own fingerprint, so a router learned for it is its own), but the shipped
     router was trained for its base model: its estimates stand for the base tier's actions, and a tier action gets
-    the base route's estimate lifted, marked as resting on no run of that tier. The new model as the policy itself
+    the base route's estimate, marked as resting on no run of that tier. The new model as the policy itself
     is a policy the shipped router never saw: other_policy, the rules decide."""
     import asyncio
 
@@ -88,14 +88,21 @@ def test_the_shipped_router_knows_the_base_tier_and_lifts_the_new_one(tmp_path):
         return asyncio.run(make_router("auto", settings).decide(q, extract(q), 1024))
 
     d = decide(tiered, "What is the capital of France?")
-    assert d.action == "direct@large" and d.state == "insufficient_evidence" and d.fallback == "tier_prior"
-    assert d.p_success["direct@large"] == pytest.approx(d.p_success["direct"] + 0.3 * (1 - d.p_success["direct"]),
-                                                         abs=2e-4)
+    # no run of the large tier taught it anything: the tier action gets the base estimate unlifted, so the dearer
+    # tier is not chosen on a claim nobody measured (the rules' lift sent 77% of a never-seen family to
+    # direct@large, 0 right, ECE 0.32)
+    assert d.p_success["direct@large"] == d.p_success["direct"] and "direct@large" in d.utility
+    assert d.action == "direct" and d.utility["direct"] > d.utility["direct@large"]
     assert d.policy == fp.id  # its traffic is the tiered policy's
     sure = decide(tiered, "What is 12 + 30?")  # the base tier's calibrated estimate still decides where it wins
     assert sure.action == "reason" and sure.calibrated and sure.state == "calibrated"
     other = decide(Settings(home=tmp_path, policy=QWEN), "What is the capital of France?")
     assert other.state == "other_policy" and other.fallback == "rules" and not other.calibrated
+    # a tier action wins only when something makes it better: here, the base tier's price is the dearer one
+    tiers.record_speed(tmp_path, QWEN, seconds=1.0, tokens=100)
+    tiers.record_speed(tmp_path, "hf:embedded", seconds=10.0, tokens=100)
+    d = decide(tiered, "What is the capital of France?")
+    assert d.action == "direct@large" and d.state == "insufficient_evidence" and d.fallback == "tier_prior"
 
 
 def _tiered_agent(tmp_path, **settings):
@@ -156,7 +163,7 @@ def test_the_route_table_offers_both_tiers_of_the_two_embedded_families(tmp_path
                          env={**os.environ, "AGENTRT_HOME": str(tmp_path), "COLUMNS": "250"})
     assert out.returncode == 0, out.stderr
     assert "reason@large" in out.stdout and "direct@large" in out.stdout
-    assert "chosen: direct@large" in out.stdout and "fallback: tier_prior" in out.stdout, out.stdout
+    assert "chosen: direct " in out.stdout, out.stdout  # the base tier: no evidence the large one does better
 
 
 @pytest.mark.slow

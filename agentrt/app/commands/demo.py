@@ -161,6 +161,7 @@ def tier_demo(console: Any, agent: Any, tiers: dict[str, str], questions: list[d
     from rich.table import Table
 
     from agentrt.app.agent import Agent
+    from agentrt.core.types import BASE_TIER, TIER_ROUTES, split_action, tier_action
     from agentrt.router.tiers import seconds_per_token
 
     settings = agent.settings.model_copy(update={"tiers": tiers})
@@ -183,10 +184,18 @@ def tier_demo(console: Any, agent: Any, tiers: dict[str, str], questions: list[d
         ok, mark = check(item, r.answer, r.route.partition("@")[0])
         table.add_row(item["question"], f"{r.route} ({_why(r)})", _answer(tiered, r), _style(ok, mark),
                       f"{r.usage.total_tokens} / {budget}", f"{time.perf_counter() - started:.1f}")
+        route, chosen_tier = split_action(r.route)
+        for other in [t for t in (BASE_TIER, *tiers) if t != chosen_tier] if route in TIER_ROUTES else []:
+            action, started = tier_action(route, other), time.perf_counter()
+            with console.status(f"for comparison, {action}: {item['question']}"):
+                f = tiered.run(item["question"], budget=budget, route=action)
+            ok, mark = check(item, f.answer, route)
+            table.add_row("", f"{action} (forced: the same route on the other model)", _answer(tiered, f),
+                          _style(ok, mark), f"{f.usage.total_tokens} / {budget}", f"{time.perf_counter() - started:.1f}")
     console.print(table)
-    console.print("the shipped router knows the base model alone: its estimates decide the base tier's actions, a "
-                  "tier action gets the base route's estimate lifted (fallback tier_prior) until "
-                  "`agentrt learn SUITE --every-action --tier large=...` trains a router for the tiered policy")
+    console.print("the shipped router knows the base model alone: its estimates decide the base tier's actions and a "
+                  "tier action gets the base route's estimate, so the dearer model is chosen only where evidence shows "
+                  "it wins: `agentrt learn SUITE --every-action --tier large=...` gathers it for the tiered policy")
 
 
 def _answer(agent: Any, result: Any) -> str:
