@@ -309,7 +309,7 @@ class Agent:
 
     def _record_speeds(self, ctx: RunContext) -> None:
         """Fold this run's model calls into each tier's measured seconds per token (agentrt.router.tiers)."""
-        from agentrt.router.tiers import record_speed
+        from agentrt.router.tiers import PROMPT_WEIGHT, record_speed
 
         specs = {self.policy.name: self.settings.policy}
         specs.update({b.name: self.settings.tiers[t] for t, b in self._tiers.items()})
@@ -319,9 +319,9 @@ class Agent:
             if spec is not None:
                 got = per.setdefault(spec, [0.0, 0.0])
                 got[0] += float(step.get("latency_s") or 0.0)
-                got[1] += step["usage"].get("prompt_tokens", 0) + step["usage"].get("completion_tokens", 0)
+                got[1] += PROMPT_WEIGHT * step["usage"].get("prompt_tokens", 0) + step["usage"].get("completion_tokens", 0)
         for spec, (seconds, tokens) in per.items():
-            record_speed(self.settings.home, spec, seconds, int(tokens))
+            record_speed(self.settings.home, spec, seconds, tokens)
 
     def _write(self, ctx: RunContext, route: str, output: RouteOutput, task: RunTask | TaskInfo | None,
                status: str, error: str | None) -> TrajectoryRecord:

@@ -6,9 +6,9 @@ large tier, and a bare ``read`` runs on the base tier. The router compares them 
 (``Settings.cost_unit``):
 
 * ``seconds`` (the default): an action costs its expected tokens x its tier's seconds per token, measured from the
-  runs of this home (``speeds.json``, an average over every model call the tier made: prompt and generated tokens
-  over the call's seconds) once every tier has run here, and until then from the size of each tier's weights
-  (``prior_seconds_per_token``).
+  runs of this home (``speeds.json``, an average over every model call the tier made: the call's seconds over its
+  generated tokens plus ``PROMPT_WEIGHT`` x its prompt tokens) once every tier has run here, and until then from the
+  size of each tier's weights (``prior_seconds_per_token``).
   The budget is priced at the slowest tier's speed, so a policy with one tier prices exactly as ``tokens`` does.
 * ``tokens``: every tier's token costs the same.
 
@@ -31,7 +31,11 @@ from agentrt.core.types import BASE_TIER, TIER_ROUTES, split_action, tier_action
 # for the rules router (measured: reading 20 answerable questions from the same passages, SmolLM2-135M 5/20 right,
 # Qwen2.5-Coder-0.5B 10/20, i.e. a third of the base's misses). A learned router for the tiered policy replaces it.
 TIER_UPLIFT = 0.3
-SPEEDS = "speeds.json"
+SPEEDS = "speeds.json"  # in the home: {tier spec: {"s_per_token", "runs"}}
+# A prompt token costs about a tenth of a generated one on a CPU (Qwen2.5-0.5B int8: prefill 250, decode 22 tokens/s;
+# fp32 121 and 8.6): a tier's speed is measured per generated-token equivalent (completion + PROMPT_WEIGHT x prompt),
+# so a tier measured on prompt-heavy reads is not taken for faster than one measured on long generations.
+PROMPT_WEIGHT = 0.1
 _WEIGHT = 0.2  # of each new run in a tier's average: a few runs move it, one slow run does not
 _PRIOR_S_PER_TOKEN_PER_100MB = 0.05  # before a tier is measured: ~20 tokens/s for 100 MB of (GGUF) weights
 _MAX_SPEEDS_BYTES = 1 << 20
@@ -103,8 +107,9 @@ def measured(home: Path) -> dict[str, dict[str, float]]:
     return {str(k): v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
 
 
-def record_speed(home: Path, spec: str, seconds: float, tokens: int) -> None:
-    """Fold one run's model calls on a tier (``tokens`` in ``seconds``) into that tier's average in ``home``."""
+def record_speed(home: Path, spec: str, seconds: float, tokens: float) -> None:
+    """Fold one run's model calls on a tier (``tokens`` generated-token equivalents in ``seconds``) into that tier's
+    average in ``home``."""
     if tokens <= 0 or seconds <= 0:
         return
     with _lock:
