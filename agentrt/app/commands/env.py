@@ -44,16 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--policy", help="strategy: the policy backend spec the routes run on (default hf:embedded)")
     s.add_argument("--max-sessions", type=int, default=64, help="WebSocket sessions at once (default 64)")
     # agentrt serve's door: the same flags, the same checks (agentrt.app.server.door, guard)
-    s.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every path but /health, the WebSocket "
-                                     "handshake included (default: $AGENTRT_API_KEY)")
-    s.add_argument("--insecure", action="store_true",
-                   help="allow binding a non-loopback address without an API key (anyone who reaches it can step "
-                        "episodes and have answers graded)")
-    s.add_argument("--allowed-origins", nargs="+", metavar="ORIGIN", default=None,
-                   help="web pages (scheme://host[:port], or *) whose browsers may call this server (CORS); by "
-                        "default only pages on the bind address or loopback")
-    s.add_argument("--max-body", type=int, default=1 << 20,
-                   help="largest request body and WebSocket message in bytes (default 1 MiB)")
+    from agentrt.app.commands.serve import add_door_args
+
+    add_door_args(s, guards="every path but /health, the WebSocket handshake included",
+                  reach="step episodes and have answers graded", body="request body and WebSocket message")
     s.set_defaults(func=cmd_serve)
     ls = cmds.add_parser("list", help="the environments `agentrt env serve` takes")
     ls.set_defaults(func=cmd_list)

@@ -29,25 +29,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     front = p.add_argument_group("Frontend", "the HTTP server and its door")
     front.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     front.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    front.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on every path but /healthz and "
-                                         "/health: /v1/*, /metrics, /version, /tokenize, /detokenize (default: "
-                                         f"${API_KEY_ENV})")
+    add_door_args(front, guards="every path but /healthz and /health: /v1/*, /metrics, /version, /tokenize, "
+                                "/detokenize", reach="run the model", body="request body")
     front.add_argument("--metrics-open", action="store_true",
                        help="leave /metrics open without the API key, for a Prometheus scraper (it shows request "
                             "counts, latencies, routes and token totals, no request content)")
-    front.add_argument("--insecure", action="store_true",
-                       help="allow binding a non-loopback address without an API key (anyone who reaches it can run "
-                            "the model)")
     front.add_argument("--served-model-name", nargs="+", metavar="NAME",
                        help="the model name(s) /v1/models lists and requests may ask for; any other is a 404 "
                             "(default: agentrt and the policy's name)")
     front.add_argument("--chat-template", metavar="FILE|TEMPLATE",
                        help="a jinja chat template (a file, or the template itself) used instead of the model's "
                             "(hf policies)")
-    front.add_argument("--allowed-origins", nargs="+", metavar="ORIGIN", default=None,
-                       help="web pages (scheme://host[:port], or *) whose browsers may call this server (CORS); by "
-                            "default only pages on the bind address or loopback, and no CORS headers")
-    front.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes (default 1 MiB)")
     front.add_argument("--max-concurrency", type=int, default=64,
                        help="runs served at once; more wait (default 64)")
     front.add_argument("--request-timeout", type=float, metavar="S",
@@ -68,6 +60,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_vllm_flags(p)  # vllm serve's launch flags: the engine's go to a vllm: policy, the rest are warned
     p.set_defaults(func=cmd_serve)
+
+
+
+def add_door_args(group: argparse._ActionsContainer, *, guards: str, reach: str, body: str) -> None:
+    """The door's flags, the same on every command that listens (serve, env serve): the key, a public bind
+    without one, the pages that may call it, the body cap (``door`` and agentrt.app.server.guard check them)."""
+    group.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on {guards} (default: ${API_KEY_ENV})")
+    group.add_argument("--insecure", action="store_true",
+                       help=f"allow binding a non-loopback address without an API key (anyone who reaches it can "
+                            f"{reach})")
+    group.add_argument("--allowed-origins", nargs="+", metavar="ORIGIN", default=None,
+                       help="web pages (scheme://host[:port], or *) whose browsers may call this server (CORS); by "
+                            "default only pages on the bind address or loopback, and no CORS headers")
+    group.add_argument("--max-body", type=int, default=1 << 20, help=f"largest {body} in bytes (default 1 MiB)")
 
 
 def door(args: argparse.Namespace, what: str = "run the model",
