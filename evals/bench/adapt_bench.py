@@ -102,8 +102,12 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=0.3, help="exploration share while logging (default 0.3)")
     ap.add_argument("--budget", type=int, default=384, help="token budget per run (default 384)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--grid", nargs="+", default=list(GRID), help="actions every held-out question is run with "
-                    f"(default: {' '.join(GRID)}; a router's other choices are valued by its reward model)")
+    ap.add_argument("--grid", nargs="+", help="actions every held-out question is run with (default: "
+                    f"{' '.join(GRID)}, and each answering one on every tier; a router's other choices are valued by "
+                    "its reward model)")
+    ap.add_argument("--tier", action="append", metavar="NAME=SPEC", help="the policy's tiers, as `agentrt learn "
+                    "--tier` (default: the default policy's, the second embedded model when installed; none: the "
+                    "policy alone)")
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
     ap.add_argument("--gate", choices=("crossfit", "holdout"), default="crossfit", help="learn_round's gate")
     ap.add_argument("--observe", type=int, default=100, help="a candidate the gate kept decides the next this many "
@@ -120,10 +124,19 @@ def main() -> None:
     from agentrt.train.router import load_examples
     from agentrt.train.router_eval import config, evaluate, fixed_estimator
 
+    from agentrt.app.commands.run import tier_overrides
+    from agentrt.core.types import TIER_ROUTES, tier_action
+
     out = Path(args.out).resolve()
     home = out / "home"  # scratch: nothing promoted, so the shipped router logs the traffic
-    settings = Settings()
-    shipped = RouterModel.load(registry.shipped()[0].path)
+    tiers = tier_overrides(args).get("tiers", Settings().tiers)
+    os.environ["AGENTRT_TIERS"] = json.dumps(tiers)  # learn and eval (subprocesses) run the same tiered policy
+    settings = Settings(tiers=tiers)
+    args.grid = args.grid or [*GRID, *(tier_action(r, t) for t in tiers for r in GRID if r in TIER_ROUTES)]
+    # the router the runtime would use for this policy: the shipped one trained for it, else the base model's
+    entry = registry.resolve_default(home, registry.settings_fingerprint(settings))
+    shipped = RouterModel.load(entry.path)
+    print(f"policy {registry.settings_fingerprint(settings).model}; the router in use: {entry.version}", file=sys.stderr)
     results = []
     for family in args.family:
         traffic_suite, heldout_suite = _split(family, out, args.heldout)

@@ -3,6 +3,7 @@
     .venv/bin/python -m evals.bench.read_bench [--families squad,docs,hotpotqa-index,hotpotqa] [--limit 20]
         [--routes read,direct,reason,plan] [--plan-limit 10] [--budget 1500] [--pool 200]
         [--cache read_bench.jsonl] [--workdir DIR] [--tier large=hf:embedded:qwen2.5-coder-0.5b --routes read,read@large]
+        [--routes auto,read,read@large]   # auto: the router in use decides, as with default settings
 
 * A family (``evals.devsets.FAMILIES``, or a never-seen one of ``HELDOUT``) is a corpus and its questions: its
   corpus file is indexed once (Chroma + BM25) into a collection of its own under ``--workdir``; the first
@@ -17,7 +18,9 @@
   items, the lenient "gold contained in the answer" the issue used. Resumable: every result is appended to
   the cache and skipped on a rerun.
 * Table per family: route, items, accuracy (all items), answerable right (contains), unanswerable abstained,
-  tokens per item, seconds per item.
+  token F1 over the answerable items (the best over the gold answers), tokens per item, seconds per item, and for
+  ``auto`` the actions the router chose. The tiers are the default policy's (``--tier`` to set them, ``--tier none``
+  for the policy alone).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from rich.console import Console
 from evals.bench.common import DEFAULT_HOME, append_jsonl, parser, read_jsonl, reuse_converted_model, table
 
 ROUTES = ("read", "direct", "reason", "plan")
+AUTO = "auto"  # not a route: the router in use decides (the default settings), the chosen action recorded
 
 
 def family_items(name: str, limit: int) -> list:
@@ -88,6 +92,7 @@ def contains(answer: str, golds: list[str]) -> bool:
 
 
 async def run_family(agent, name: str, items: list, routes: list[str], args, done: dict, cache: Path) -> None:
+    from agentrt.trajectory.rewards._text import f1_score
     from evals.verifiers import score_item
 
     for route in routes:
@@ -95,14 +100,16 @@ async def run_family(agent, name: str, items: list, routes: list[str], args, don
         for item in todo:
             t0 = time.perf_counter()
             try:
-                r = await agent.arun(item.question, budget=args.budget, route=route)
-                answer, tokens, status = r.answer, r.usage.total_tokens, r.status
+                r = await agent.arun(item.question, budget=args.budget, route=None if route == AUTO else route)
+                answer, tokens, status, chosen = r.answer, r.usage.total_tokens, r.status, r.route
             except Exception as e:  # noqa: BLE001 - a failed run is a wrong answer, recorded with its error
-                answer, tokens, status = "", 0, f"failed: {type(e).__name__}: {e}"
-            scored = score_item(item, answer, route)
-            row = {"family": name, "id": item.id, "route": route, "type": item.type, "answer": answer[:300],
+                answer, tokens, status, chosen = "", 0, f"failed: {type(e).__name__}: {e}", route
+            scored = score_item(item, answer, chosen.partition("@")[0])
+            golds = item.answers or [item.ground_truth()]
+            row = {"family": name, "id": item.id, "route": route, "chosen": chosen, "type": item.type,
+                   "answer": answer[:300], "f1": max((f1_score(answer, str(g)) for g in golds), default=0.0),
                    "correct": scored.correct, "abstained": scored.abstained,
-                   "contains": item.type != "unanswerable" and contains(answer, item.answers or [item.ground_truth()]),
+                   "contains": item.type != "unanswerable" and contains(answer, golds),
                    "tokens": tokens, "status": status, "wall_s": round(time.perf_counter() - t0, 2)}
             append_jsonl(cache, row)
             done[(name, item.id, route)] = row
@@ -121,10 +128,20 @@ def report(rows: list[dict], families: list[str], routes: list[str], console: Co
                         f"{sum(r['contains'] for r in ans)}/{len(ans)}" if ans else "-",
                         f"{sum(r['correct'] for r in ans)}/{len(ans)}" if ans else "-",
                         f"{sum(r['abstained'] for r in lack)}/{len(lack)}" if lack else "-",
-                        f"{sum(r['tokens'] for r in rs) / len(rs):.0f}", f"{sum(r['wall_s'] for r in rs) / len(rs):.1f}"])
+                        f"{sum(r['f1'] for r in ans) / len(ans):.3f}" if ans and all("f1" in r for r in ans) else "-",
+                        f"{sum(r['tokens'] for r in rs) / len(rs):.0f}", f"{sum(r['wall_s'] for r in rs) / len(rs):.1f}",
+                        _chosen(rs) if route == AUTO else "-"])
         console.print(table(f"read bench: {name}", ["route", "items", "accuracy", "answerable: gold contained",
                                                     "answerable: verifier", "unanswerable: abstained",
-                                                    "tokens/item", "s/item"], out))
+                                                    "answerable: token F1", "tokens/item", "s/item", "actions chosen"],
+                      out))
+
+
+def _chosen(rows: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.get("chosen", "?")] = counts.get(r.get("chosen", "?"), 0) + 1
+    return ", ".join(f"{a} {n}" for a, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def main() -> None:
@@ -138,10 +155,14 @@ def main() -> None:
     ap.add_argument("--cache", default="read_bench.jsonl")
     ap.add_argument("--workdir", default=str(DEFAULT_HOME / "bench" / "read_bench"))
     ap.add_argument("--report-only", action="store_true", help="print the tables from the cache, run nothing")
-    ap.add_argument("--tier", action="append", default=[], metavar="NAME=SPEC",
-                    help="a model tier beside the policy; then route ROUTE@NAME runs on it (read@large)")
+    ap.add_argument("--tier", action="append", metavar="NAME=SPEC",
+                    help="a model tier beside the policy; then route ROUTE@NAME runs on it (read@large) (default: the "
+                         "default policy's tiers, the second embedded model when installed; none: the policy alone)")
     args = ap.parse_args()
-    tiers = dict(t.split("=", 1) for t in args.tier if "=" in t)
+    from agentrt.app.commands.run import tier_overrides
+    from agentrt.core.config import Settings
+
+    tiers = tier_overrides(args).get("tiers", Settings().tiers)
     families = [f for f in args.families.split(",") if f]
     routes = [r for r in args.routes.split(",") if r]
     from evals.devsets import FAMILIES, HELDOUT
@@ -149,16 +170,16 @@ def main() -> None:
     known = [*FAMILIES, *HELDOUT, "hotpotqa"]
     if unknown := [f for f in families if f not in known]:
         ap.error(f"unknown family {', '.join(unknown)}: choose from {', '.join(known)}")
-    if unknown := [r for r in routes if r.partition("@")[0] not in ROUTES or (r.partition("@")[2] or "base") not in
-                   {"base", *tiers}]:
-        ap.error(f"unknown route {', '.join(unknown)}: choose from {', '.join(ROUTES)}, ROUTE@TIER with --tier TIER=SPEC")
+    if unknown := [r for r in routes if r != AUTO and (r.partition("@")[0] not in ROUTES or (r.partition("@")[2] or "base")
+                                                        not in {"base", *tiers})]:
+        ap.error(f"unknown route {', '.join(unknown)}: choose from {', '.join(ROUTES)}, ROUTE@TIER with --tier TIER=SPEC, "
+                 f"or {AUTO} (the router decides)")
     console, cache = Console(), Path(args.cache)
     done = {(r["family"], r["id"], r["route"]): r for r in read_jsonl(cache)}
     if not args.report_only:
         import os
 
         from agentrt import Agent
-        from agentrt.core.config import Settings
 
         reuse_converted_model()
         os.environ["AGENTRT_HOME"] = args.workdir

@@ -57,6 +57,8 @@ def test_the_chat_template_is_the_familys_own_and_generation_stops_on_its_end_to
     assert other not in prompt
     end = backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert end in backend.eos_ids and backend.encode([Message("user", "Hi")]).count(end) >= 1
+    # <|endoftext|> ends generation too, where the folder's config names <|im_end|> alone (the converted GGUF's)
+    assert backend.tokenizer.convert_tokens_to_ids("<|endoftext|>") in backend.eos_ids
     done = backend.chat_sync([Message("user", "What is the capital of France?")], GenParams(max_tokens=24))
     choice = done.choices[0]
     assert "Paris" in choice.text and choice.finish_reason == "stop"

@@ -22,7 +22,7 @@ from agentrt.router import registry, tiers
 from agentrt.trajectory import find_record
 
 AGENTRT = str(Path(sys.executable).parent / "agentrt")
-QWEN = "hf:embedded:qwen2.5-coder-0.5b"
+QWEN = QWEN_SPEC = "hf:embedded:qwen2.5-coder-0.5b"
 
 
 def test_actions_name_a_route_on_a_tier():
@@ -37,6 +37,33 @@ def test_actions_name_a_route_on_a_tier():
 
     with pytest.raises(InputError, match="runs on no tier"):
         RunRequest.from_kwargs("q", route="abstain@large")
+
+
+def test_the_default_policy_has_the_large_tier_and_a_model_of_ones_own_none(tmp_path, monkeypatch):
+    """Unset, the tiers are the default policy's: the second embedded model beside it (``make`` installs it), none
+    beside a model the user brings; ``tiers = {}``, ``AGENTRT_TIERS={}`` and ``--tier none`` give the policy alone."""
+    from agentrt.app.commands.run import tier_overrides
+    from agentrt.backends.embedded import QWEN as QWEN_MODEL
+    from agentrt.core.config import DEFAULT_TIER_PACKAGE, DEFAULT_TIERS
+
+    monkeypatch.delenv("AGENTRT_TIERS")  # the tests' pin (conftest)
+    assert DEFAULT_TIERS == {"large": f"hf:embedded:{QWEN_MODEL.key}"} == {"large": QWEN_SPEC}
+    assert DEFAULT_TIER_PACKAGE == QWEN_MODEL.packages[0].partition("==")[0].replace("-", "_")
+    assert Settings().tiers == DEFAULT_TIERS and load_settings().tiers == DEFAULT_TIERS
+    assert Settings(policy="hf:/models/my-model").tiers == {} and Settings(policy=QWEN).tiers == {}
+    assert Settings(tiers={}).tiers == {} and load_settings(tiers={}).tiers == {}
+    assert tier_overrides(type("A", (), {"tier": ["none"]})()) == {"tiers": {}}
+    (tmp_path / "alone.toml").write_text("[agentrt]\ntiers = {}\n")
+    assert load_settings(tmp_path / "alone.toml").tiers == {}
+    monkeypatch.setenv("AGENTRT_TIERS", "{}")
+    assert Settings().tiers == {}
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRT_TIERS"} | {"AGENTRT_HOME": str(tmp_path)}
+    out = subprocess.run([AGENTRT, "route", "--json", "What is the capital of France?"], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert out.returncode == 0 and "direct@large" in json.loads(out.stdout)["p_success"], out.stderr
+    alone = subprocess.run([AGENTRT, "route", "--json", "--tier", "none", "What is the capital of France?"],
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert alone.returncode == 0 and "direct@large" not in json.loads(alone.stdout)["p_success"], alone.stderr
 
 
 def test_the_utility_prices_each_tier_in_seconds_and_one_tier_prices_as_before():

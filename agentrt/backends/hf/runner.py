@@ -70,8 +70,9 @@ class ModelRunner:
         self.config = self.model.config
         self.context_length = int(getattr(self.config, "max_position_embeddings", 2048))
         self.vocab_size = int(self.config.vocab_size)
-        self.eos_ids = _eos_ids(self.tokenizer, self.model)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
+        configured = _eos_ids(self.tokenizer, self.model)
+        self.eos_ids = configured | end_of_generation_ids(self.tokenizer)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(configured)
         # Caches without sliding-window layers can be merged: late requests join a running batch and
         # prompts reuse cached prefixes. Otherwise prompts start together in one left-padded pass.
         self.mergeable = joinable(new_cache(self.config))
@@ -240,6 +241,26 @@ def _transformers_model(path: Path) -> tuple[Any, Any]:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     speed_up(model)
     return tokenizer, model
+
+
+# End-of-generation tokens a folder's config may leave out: a GGUF conversion keeps one eos (Qwen2.5's folder names
+# <|im_end|>, not the <|endoftext|> its upstream generation config also stops on). These are the texts llama.cpp
+# treats as end of generation; one counts where the tokenizer has it as one token of its own.
+END_OF_GENERATION = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
+                     "<end_of_turn>", "<EOT>")
+
+
+def end_of_generation_ids(tokenizer: Any) -> set[int]:
+    """The ids of ``END_OF_GENERATION`` texts that ``tokenizer`` encodes as one token decoding to itself."""
+    ids: set[int] = set()
+    for text in END_OF_GENERATION:
+        try:
+            one = list(tokenizer.encode(text, add_special_tokens=False))
+            if len(one) == 1 and tokenizer.decode(one) == text:
+                ids.add(int(one[0]))
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot say: the config's eos alone
+            continue
+    return ids
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
