@@ -88,8 +88,16 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Setting
     """Train a candidate, judge it against ``incumbent`` by ``gate`` (module docstring), register it under
     ``settings.home`` and promote it when the verdict says so (and ``promote``)."""
     old = incumbent.model()
-    same_policy = old is not None and (old.provenance or {}).get("policy", {}).get("id") == fingerprint.id
+    trained_for = (old.provenance or {}).get("policy", {}).get("id") if old is not None else None
+    same_policy = old is not None and trained_for == fingerprint.id
+    # a tiered policy with no router of its own runs its base model's (LearnedRouter's base_policy): that router
+    # decides the base tier's actions, and a tier action, given its base estimate unlifted, wins only on price
+    # (the dearer tier never does): judged as it runs, over the base tier's actions
+    base_of_tiers = (old is not None and not same_policy and bool(getattr(settings, "tiers", None))
+                     and trained_for == registry.policy_fingerprint(None, settings.policy).id)
     prior = old.base_rates if same_policy and old is not None else None
+    if base_of_tiers and old is not None:  # the base tier is the same model: its actions' rates carry over
+        prior = {a: r for a, r in (old.base_rates or {}).items() if "@" not in a} or None
 
     def fit(rows: list[Example]) -> RouterModel:
         # the router in use's base rates are what the candidate's rarely-run actions start from (train_router's prior)
@@ -99,6 +107,9 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Setting
     floors = dict(getattr(settings, "router_floors", {}) or {})
     if same_policy and old is not None:
         incumbent_estimate, incumbent_cfg = deciding_estimator(old, settings)[0], None
+    elif base_of_tiers and old is not None:
+        incumbent_estimate = deciding_estimator(old, settings)[0]
+        incumbent_cfg = config(lam, tuple(a for a in actions if "@" not in a), floors)
     else:  # the rules, or a router for another policy (which falls back to the rule priors at run time)
         incumbent_estimate = rules_estimator(settings)
         incumbent_cfg = UtilityConfig(lam=lam, actions=actions, floors=floors)

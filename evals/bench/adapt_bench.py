@@ -142,9 +142,9 @@ def main() -> None:
         traffic_suite, heldout_suite = _split(family, out, args.heldout)
         pool = min(args.limit, sum(1 for line in traffic_suite.open() if line.strip()))
         traffic = []
-        if args.every_action:
+        if args.every_action and max(args.n):  # --n 0 alone: the router in use zero-shot, no traffic to learn from
             traffic = load_examples([_log(traffic_suite, out / family / "every", home, args, every=True)])
-        for k in range(0 if args.every_action else -(-max(args.n) // pool)):  # passes over the pool, each its own seed
+        for k in range(0 if args.every_action or not max(args.n) else -(-max(args.n) // pool)):  # passes over the pool, each its own seed
             traffic += load_examples([_log(traffic_suite, out / family / ("traffic" if k == 0 else f"traffic-{k + 1}"),
                                            home, args, seed=k)])
         held = load_examples([_grid(heldout_suite, out / family / "heldout-grid", args)])

@@ -263,3 +263,33 @@ def test_learn_tells_the_user_what_settles_an_undecided_candidate(capsys):
     clearly_worse.terms = [t - 0.3 for t in inc.terms]
     out = printed(clearly_worse)
     assert "not promoted" in out and "undecided" not in out and "router promote" not in out
+
+
+def test_a_tiered_policy_is_judged_against_its_base_models_router_over_the_base_tier(tmp_path):
+    """A tiered policy with no router of its own runs its base model's (tier actions on the base estimates, never
+    dearer): `learn` judges a candidate for it against that router as it decides (the base tier's actions), not
+    against the rules, and starts the base tier's actions from its rates (the same model)."""
+    from pathlib import Path
+
+    from agentrt.core.config import Settings
+    from agentrt.router import registry
+    from agentrt.router.learned import RouterModel
+    from agentrt.train.learn import Incumbent, learn_round
+
+    settings = Settings(home=tmp_path, tiers={"large": "hf:embedded:qwen2.5-coder-0.5b"})
+    base_fp = registry.policy_fingerprint(None, settings.policy)
+    tiered_fp = registry.settings_fingerprint(settings)
+    old = train_router([], examples=_runs(80, seed=2))
+    old.provenance = {"policy": base_fp.to_dict()}
+    entry = registry.add(Path(tmp_path), old)
+    rows = _runs(60)
+    for e in list(rows):  # the large tier: reason@large right where reason is, more often
+        if e.action == "reason":
+            rows.append(Example(**{**e.__dict__, "action": "reason@large", "probs": {}}))
+    report = learn_round(rows, Incumbent(entry), settings, tiered_fp, suites=["t"], promote=False)
+    assert report.incumbent.name == entry.version
+    assert report.incumbent.actions and not any("@" in a for a in report.incumbent.actions)
+    assert "reason@large" in report.candidate.actions or "reason@large" in report.fixed
+    candidate = RouterModel.load(registry.find(Path(tmp_path), report.version).path)
+    assert candidate.provenance["policy"]["id"] == tiered_fp.id
+    assert candidate.metrics["prior"]["direct"] == round(old.base_rates["direct"], 4)

@@ -167,11 +167,14 @@ def tier_demo(console: Any, agent: Any, tiers: dict[str, str], questions: list[d
                         f"each action priced in seconds ({speeds})", show_lines=True)
     for col in ("question", "action (why)", "answer", "check", "tokens / budget", "s"):
         table.add_column(col, overflow="fold")
+    deciders: set[str] = set()
     for item in questions:
         budget = item.get("budget", default_budget)
         started = time.perf_counter()
         with console.status(f"answering, tiers {', '.join(tiers)}: {item['question']}"):
             r = tiered.run(item["question"], budget=budget)
+        decision = r.decision or {}
+        deciders.add(str(decision.get("router_version") or decision.get("router", "?")))
         ok, mark = check(item, r.answer, r.route.partition("@")[0])
         table.add_row(item["question"], f"{r.route} ({_why(r)})", _answer(tiered, r), _style(ok, mark),
                       f"{r.usage.total_tokens} / {budget}", f"{time.perf_counter() - started:.1f}")
@@ -184,9 +187,11 @@ def tier_demo(console: Any, agent: Any, tiers: dict[str, str], questions: list[d
             table.add_row("", f"{action} (forced: the same route on the other model)", _answer(tiered, f),
                           _style(ok, mark), f"{f.usage.total_tokens} / {budget}", f"{time.perf_counter() - started:.1f}")
     console.print(table)
-    console.print("the shipped router knows the base model alone: its estimates decide the base tier's actions and a "
-                  "tier action gets the base route's estimate, so the dearer model is chosen only where evidence shows "
-                  "it wins: `agentrt learn SUITE --every-action --tier large=...` gathers it for the tiered policy")
+    from agentrt.router.registry import settings_fingerprint
+
+    console.print(f"actions chosen by the router {', '.join(sorted(deciders))} for the policy "
+                  f"{settings_fingerprint(settings, tiered.policy).model}; it learns your own questions' best model "
+                  "with `agentrt learn SUITE --every-action` (docs/routing.md)")
 
 
 def _answer(agent: Any, result: Any) -> str:

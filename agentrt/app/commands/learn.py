@@ -264,7 +264,10 @@ def cmd_learn(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, policy=args.policy, **tier_overrides(args))
     fingerprint = registry.settings_fingerprint(settings)
     entry = registry.resolve_default(Path(settings.home), fingerprint)
-    incumbent = Incumbent(entry if entry and entry.fingerprint_id == fingerprint.id else None)
+    # the router in use: the policy's own, or for a tiered policy with none, its base model's (judged over the base
+    # tier's actions, as it decides: agentrt.train.learn.learn_round)
+    base_id = registry.policy_fingerprint(None, settings.policy).id if settings.tiers else None
+    incumbent = Incumbent(entry if entry and entry.fingerprint_id in (fingerprint.id, base_id) else None)
     out = Path(args.out)
     paths = list(logged)
     if suites:
