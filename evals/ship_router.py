@@ -4,7 +4,7 @@
 
 The router file keeps its weights, metrics, evidence and provenance as learn wrote them; the provenance gains
 ``version: shipped:NAME`` and ``trained_as`` (the version learn gave it), the trajectory folders it was trained on
-are written relative to ``--runs-root`` (a user's clone has none of them: they name how the data was made), and each
+(and the suites that name them) are written relative to ``--runs-root`` (a user's clone has none of them: they name how the data was made), and each
 folder's exploration (``../explore/config.json``: suites, limit, budget, seed) with its run count is listed under
 ``explore``. The registry picks a shipped router for a policy by the fingerprint id in its provenance
 (``agentrt.router.registry.resolve_default``).
@@ -51,6 +51,7 @@ def main() -> None:
     logged = [Path(p) for p in prov.get("logged", [])]
     prov["explore"] = [explore_record(p, root) for p in logged]
     prov["logged"] = [_relative(p, root) for p in logged]
+    prov["suites"] = [_relative(Path(x), root) if Path(x).is_absolute() else x for x in prov.get("suites", [])]
     prov["trained_as"] = prov.get("version", "")
     prov["version"] = f"shipped:{args.name}"
     if args.note:

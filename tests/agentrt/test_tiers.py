@@ -134,6 +134,30 @@ def test_a_tiering_no_router_was_trained_for_keeps_the_base_routers_estimates(tm
     assert d.action == "direct@xl" and d.state == "insufficient_evidence" and d.fallback == "tier_prior"
 
 
+def test_the_default_tiered_policy_has_a_router_of_its_own_with_its_provenance(tmp_path):
+    """The router shipped for the default tiered policy (learned with `learn --every-action --tier large=...`) is the
+    one `auto` takes for it: its own estimates for the large tier's actions, calibrated where its runs resemble the
+    question; the provenance says what it was trained on and what the gate said. A policy no router knows still
+    gets the base model's router (which says it was trained for another), never the tiered one."""
+    import asyncio
+
+    settings = Settings(home=tmp_path, tiers={"large": QWEN})
+    fp = registry.settings_fingerprint(settings)
+    entry = registry.resolve_default(tmp_path, fp)
+    assert entry is not None and entry.shipped and entry.fingerprint_id == fp.id
+    prov = entry.provenance
+    assert {"read@large", "direct@large", "reason@large", "plan@large", "read", "abstain"} <= set(prov["actions"])
+    assert prov["runs"]["total"] >= 900 and prov["runs"]["questions"] >= 100 and prov["note"]
+    assert [e["suites"] for e in prov["explore"]][:3] == [["squad"], ["hotpotqa-index"], ["docs"]]
+    assert "interval" in " ".join(prov["verdict"]["summary"])  # the gate's verdict, as it was
+    d = asyncio.run(make_router("auto", settings).decide("What is the capital of France?",
+                                                        extract("What is the capital of France?"), 1024))
+    assert d.router_version == entry.version and d.state == "calibrated" and d.fallback in (None, "")
+    assert d.p_success["direct@large"] != d.p_success["direct"]  # learned, not the base estimate copied
+    other = registry.resolve_default(tmp_path, registry.policy_fingerprint(None, "hf:/models/my-model"))
+    assert other.version == "shipped:smollm2-135m-instruct"
+
+
 def _tiered_agent(tmp_path, **settings):
     base = ScriptedBackend(["small answer: Paris"], name="small-model", delay_s=0.01)
     large = ScriptedBackend(["large answer: Paris"], name="large-model", delay_s=0.01)
