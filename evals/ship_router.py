@@ -41,7 +41,8 @@ def main() -> None:
     ap.add_argument("router", help="a router file learn wrote (HOME/routers/rNNN.json)")
     ap.add_argument("name", help="the shipped name (agentrt/data/routers/NAME.json)")
     ap.add_argument("--runs-root", default=".", help="the folder the logged trajectory folders are named relative to")
-    ap.add_argument("--note", help="a line on how the data was made (provenance.note)")
+    ap.add_argument("--note", help="why it ships: how the data was made, what the gate said and what else decided "
+                                   "(provenance.shipped_note, what `agentrt router list` shows as its verdict)")
     args = ap.parse_args()
     data = json.loads(Path(args.router).read_text(encoding="utf-8"))
     prov = dict(data.get("provenance") or {})
@@ -55,7 +56,7 @@ def main() -> None:
     prov["trained_as"] = prov.get("version", "")
     prov["version"] = f"shipped:{args.name}"
     if args.note:
-        prov["note"] = args.note
+        prov["shipped_note"] = args.note
     data["provenance"] = prov
     out = SHIPPED / f"{args.name}.json"
     out.write_text(json.dumps(data) + "\n", encoding="utf-8")

@@ -159,8 +159,10 @@ def _read_provenance(path: Path) -> dict[str, Any]:
 
 
 def shipped() -> list[Entry]:
-    """The routers packaged with agentrt (``agentrt/data/routers/*.json``)."""
-    return [Entry(f"shipped:{p.stem}", p, _read_provenance(p), shipped=True) for p in sorted(SHIPPED_DIR.glob("*.json"))]
+    """The routers packaged with agentrt (``agentrt/data/routers/*.json``): those for one model first (a tiered
+    policy's name holds ``+``)."""
+    return [Entry(f"shipped:{p.stem}", p, _read_provenance(p), shipped=True)
+            for p in sorted(SHIPPED_DIR.glob("*.json"), key=lambda p: ("+" in p.stem, p.stem))]
 
 
 def entries(home: Path) -> list[Entry]:

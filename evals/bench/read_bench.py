@@ -92,7 +92,7 @@ def contains(answer: str, golds: list[str]) -> bool:
 
 
 async def run_family(agent, name: str, items: list, routes: list[str], args, done: dict, cache: Path) -> None:
-    from agentrt.trajectory.rewards._text import f1_score
+    from agentrt.trajectory.rewards import f1_score
     from evals.verifiers import score_item
 
     for route in routes:

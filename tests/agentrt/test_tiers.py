@@ -147,7 +147,7 @@ def test_the_default_tiered_policy_has_a_router_of_its_own_with_its_provenance(t
     assert entry is not None and entry.shipped and entry.fingerprint_id == fp.id
     prov = entry.provenance
     assert {"read@large", "direct@large", "reason@large", "plan@large", "read", "abstain"} <= set(prov["actions"])
-    assert prov["runs"]["total"] >= 900 and prov["runs"]["questions"] >= 100 and prov["note"]
+    assert prov["runs"]["total"] >= 900 and prov["runs"]["questions"] >= 100 and prov["shipped_note"]
     assert [e["suites"] for e in prov["explore"]][:3] == [["squad"], ["hotpotqa-index"], ["docs"]]
     assert "interval" in " ".join(prov["verdict"]["summary"])  # the gate's verdict, as it was
     d = asyncio.run(make_router("auto", settings).decide("What is the capital of France?",
@@ -155,7 +155,7 @@ def test_the_default_tiered_policy_has_a_router_of_its_own_with_its_provenance(t
     assert d.router_version == entry.version and d.state == "calibrated" and d.fallback in (None, "")
     assert d.p_success["direct@large"] != d.p_success["direct"]  # learned, not the base estimate copied
     other = registry.resolve_default(tmp_path, registry.policy_fingerprint(None, "hf:/models/my-model"))
-    assert other.version == "shipped:smollm2-135m-instruct"
+    assert other.version == "shipped:smollm2-135m-instruct" == registry.shipped()[0].version
 
 
 def _tiered_agent(tmp_path, **settings):
