@@ -176,7 +176,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"router_epsilon": explore})
     check_corpus(settings, args.corpus, needed=False)  # before the model loads: exists, or indexed once
     agent = Agent(settings)
-    print(f"agentrt serve: loading {agent.settings.policy} ...", file=sys.stderr, flush=True)
+    tiers = "".join(f", tier {name}: {spec}" for name, spec in agent.settings.tiers.items())
+    print(f"agentrt serve: loading {agent.settings.policy}{tiers} ...", file=sys.stderr, flush=True)
     agent.policy  # noqa: B018 - load now, so /healthz answers only when ready
     if args.max_model_len is not None and args.max_model_len > agent.policy.context_length:
         raise InputError(f"--max-model-len {args.max_model_len} is above the model's context of "

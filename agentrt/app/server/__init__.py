@@ -166,6 +166,8 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 8000, **app_options
     except ImportError as e:  # pragma: no cover
         raise missing_extra("uvicorn", "server") from e
     agent.policy  # noqa: B018 - load before accepting requests, so /healthz means ready
+    for name in agent.settings.tiers:  # the tiers too: a first tier request must not wait for a load (or a conversion)
+        agent.tier(name)
     from agentrt.app.server.guard import uvicorn_options
 
     try:  # a stop waits guard.SHUTDOWN_GRACE_S for requests in flight, then cancels them
@@ -174,11 +176,12 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 8000, **app_options
     finally:  # the batcher thread stops before the interpreter does (its cancelled rows stop at once)
         from agentrt.core.protocols import Closable
 
-        if isinstance(agent.policy, Closable):
-            import inspect
+        import inspect
 
-            close = agent.policy.close
-            close(**({"timeout": 2.0} if "timeout" in inspect.signature(close).parameters else {}))
+        for backend in (agent.policy, *(agent.tier(name) for name in agent.settings.tiers)):
+            if isinstance(backend, Closable):
+                close = backend.close
+                close(**({"timeout": 2.0} if "timeout" in inspect.signature(close).parameters else {}))
 
 
 __all__ = ["ChatRequest", "MODEL_ID", "create_app", "serve", "served_names"]
