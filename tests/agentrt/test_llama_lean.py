@@ -12,27 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrt.backends.hf.kvcache import LeanCache, new_cache
 from agentrt.backends.hf.llama import ENV_IMPL, LeanLlama, lean_config
 from agentrt.backends.hf.runner import ModelRunner
 from agentrt.backends.hf.scheduler import BatcherStats
 from agentrt.core.errors import ConfigError
 from agentrt.core.types import GenParams, Message
 from _backend_cases import PROMPTS
+from _lean_cases import assert_matches_reference
 
 
 def _ids(backend, prompts: list[str]) -> list[list[int]]:
     return [backend.encode([Message("user", p)]) for p in prompts]
-
-
-def _left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r):] = torch.tensor(r)
-        mask[i, width - len(r):] = 1
-    return ids, mask
 
 
 def test_embedded_model_runs_lean(embedded):
@@ -43,28 +33,8 @@ def test_embedded_model_runs_lean(embedded):
 def test_logits_match_transformers(embedded):
     """Prompt passes, a left-padded batch with its cache and decode steps: the same logits as transformers'
     LlamaForCausalLM (with the same CPU layouts), bit for bit; batched steps on packed weights within 1e-4."""
-    lean, ref = embedded.model, embedded.model.reference()
-    rows = _ids(embedded, PROMPTS[:3])
-    with torch.inference_mode():
-        for r in rows:
-            x = torch.tensor([r])
-            assert torch.equal(lean(input_ids=x).logits, ref(input_ids=x).logits)
-        for packed in (False, True):
-            lean._packed = {} if not packed else None  # {}: plain products; None: packed on the next batched step
-            ids, mask = _left_padded(rows, embedded.runner.pad_id)
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            mine, theirs = LeanCache(lean.config.num_hidden_layers), new_cache(ref.config)
-            a = lean(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=mine, logits_to_keep=1)
-            b = ref(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=theirs, logits_to_keep=1)
-            assert torch.equal(a.logits, b.logits)
-            for _ in range(4):
-                step = a.logits[:, -1].argmax(-1, keepdim=True)
-                pos, mask = pos[:, -1:] + 1, torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], -1)
-                a = lean(input_ids=step, attention_mask=mask, position_ids=pos, past_key_values=mine)
-                b = ref(input_ids=step, attention_mask=mask, position_ids=pos, past_key_values=theirs)
-                diff = (a.logits - b.logits).abs().max().item()
-                assert diff == 0.0 if not packed else diff < 1e-4
-            assert bool(lean._packed) == (packed and torch.backends.mkldnn.is_available())
+    assert_matches_reference(embedded.model, _ids(embedded, PROMPTS[:3]), embedded.runner.pad_id, steps=4,
+                             packing=True)
 
 
 def test_batched_greedy_matches_generate(embedded):

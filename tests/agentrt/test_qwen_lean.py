@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrt.backends.hf.kvcache import LeanCache, new_cache
 from agentrt.backends.hf.lean_weights import resolve_format
 from agentrt.backends.hf.llama import ENV_IMPL, WEIGHTS, LeanLlama, lean_support
 from agentrt.backends.hf.runner import ModelRunner
@@ -20,6 +19,7 @@ from agentrt.backends.hf.sequence import BatcherStats
 from agentrt.core.errors import ConfigError
 from agentrt.core.types import GenParams, Message
 from _backend_cases import PROMPTS
+from _lean_cases import assert_matches_reference, left_padded
 
 # Qwen's own template, cut to what the tests render: ChatML with its default system line
 TEMPLATE = ("{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
@@ -72,41 +72,6 @@ def _chat_ids(tokenizer, prompt: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False).input_ids
 
 
-def _left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r):] = torch.tensor(r)
-        mask[i, width - len(r):] = 1
-    return ids, mask
-
-
-def _assert_matches_reference(lean: LeanLlama, rows: list[list[int]], pad: int) -> None:
-    """Prompt passes, a left-padded batch with its cache and decode steps: transformers' logits bit for bit
-    (batched steps on oneDNN-packed weights within 1e-4)."""
-    ref = lean.reference()
-    with torch.inference_mode():
-        for r in rows:
-            x = torch.tensor([r])
-            assert torch.equal(lean(input_ids=x).logits, ref(input_ids=x).logits)
-        for packed in (False, True):
-            lean._packed = {} if not packed else None
-            ids, mask = _left_padded(rows, pad)
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            mine, theirs = LeanCache(lean.config.num_hidden_layers), new_cache(ref.config)
-            a = lean(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=mine, logits_to_keep=1)
-            b = ref(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=theirs, logits_to_keep=1)
-            assert torch.equal(a.logits, b.logits)
-            for _ in range(3):
-                step = a.logits[:, -1].argmax(-1, keepdim=True)
-                pos, mask = pos[:, -1:] + 1, torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], -1)
-                a = lean(input_ids=step, attention_mask=mask, position_ids=pos, past_key_values=mine)
-                b = ref(input_ids=step, attention_mask=mask, position_ids=pos, past_key_values=theirs)
-                diff = (a.logits - b.logits).abs().max().item()
-                assert diff == 0.0 if not packed else diff < 1e-4
-
-
 def _int8_agrees(fp32: LeanLlama, int8: LeanLlama, rows: list[list[int]]) -> float:
     """The share of prompt positions whose next-token argmax int8 keeps; asserts the logits stay close."""
     same, total = 0, 0
@@ -127,7 +92,7 @@ def test_tiny_qwen2_runs_lean_and_matches_transformers(tiny):
     assert runner.lean and runner.impl == "lean-fp32"  # small: auto keeps fp32
     lean = runner.model
     assert lean.groups == 2 and lean.lm_head is not lean.embed and lean.layers[0].q_bias is not None
-    _assert_matches_reference(lean, [_chat_ids(runner.tokenizer, p) for p in PROMPTS[:3]], runner.pad_id)
+    assert_matches_reference(lean, [_chat_ids(runner.tokenizer, p) for p in PROMPTS[:3]], runner.pad_id)
 
 
 def test_tiny_qwen2_tokenizer_template_and_stop_come_from_the_folder(tiny):
@@ -158,7 +123,7 @@ def test_tiny_qwen2_int8_weights(tiny):
     rows = [_chat_ids(fp32.tokenizer, p) for p in PROMPTS]
     assert _int8_agrees(fp32.model, int8.model, rows) >= 0.8  # random weights: many near-ties (0.89 here)
     with torch.inference_mode():  # a left-padded batch and batched decode steps run on int8 too
-        ids, mask = _left_padded(rows[:3], int8.pad_id)
+        ids, mask = left_padded(rows[:3], int8.pad_id)
         out = int8.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
         assert out.logits.shape == (3, ids.shape[1], fp32.vocab_size) and torch.isfinite(out.logits).all()
 
@@ -225,7 +190,7 @@ def test_real_qwen_logits_match_transformers_and_int8_answers(qwen_path):
         assert backend.render([Message("user", "hi")]).startswith(
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.")
         rows = [backend.encode([Message("user", p)]) for p in PROMPTS[:3]]
-        _assert_matches_reference(fp32, rows, backend.runner.pad_id)
+        assert_matches_reference(fp32, rows, backend.runner.pad_id)
         assert _int8_agrees(fp32, backend.model, rows) >= 0.85
         done = backend.chat_sync([Message("user", "What is the capital of France? One word.")],
                                  GenParams(max_tokens=8))
