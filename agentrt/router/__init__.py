@@ -163,10 +163,8 @@ def _learned(path: str, settings: Settings, cfg: UtilityConfig, fingerprint: Any
     # for that share alone: the file has no estimate for them)
     allowed = tuple(a for a in cfg.actions if a in model.actions or cfg.min_share.get(a, 0) > 0) or tuple(model.actions)
     # trained for another policy, it falls back to the rules over every action here (a tiered policy's included)
-    base = None
-    if getattr(settings, "tiers", None):  # a tiered policy: a router trained for its base model still knows that tier
-        from agentrt.router.registry import policy_fingerprint
+    from agentrt.router.registry import tier_base
 
-        base = policy_fingerprint(None, settings.policy)
+    base = tier_base(settings)  # a tiered policy: a router trained for its base model still knows that tier
     return LearnedRouter(model, settings, cfg.model_copy(update={"actions": allowed}), policy=fingerprint,
                          version=version, fallback_cfg=cfg, base_policy=base)

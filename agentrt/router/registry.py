@@ -129,6 +129,12 @@ def settings_fingerprint(settings: Settings, policy: Any = None) -> Fingerprint:
     return Fingerprint(model, _digest([base.id, *(f"{t}={f.id}" for t, f in parts.items())]))
 
 
+def tier_base(settings: Settings) -> Fingerprint | None:
+    """For a tiered policy, its base model's fingerprint: a router trained for it decides a tiering that has no
+    router of its own (LearnedRouter's ``base_policy``; `learn` judges a candidate against it). None untiered."""
+    return policy_fingerprint(None, settings.policy) if getattr(settings, "tiers", None) else None
+
+
 # ---- router files and versions ------------------------------------------------------------------
 
 

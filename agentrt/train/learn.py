@@ -93,8 +93,8 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Setting
     # a tiered policy with no router of its own runs its base model's (LearnedRouter's base_policy): that router
     # decides the base tier's actions, and a tier action, given its base estimate unlifted, wins only on price
     # (the dearer tier never does): judged as it runs, over the base tier's actions
-    base_of_tiers = (old is not None and not same_policy and bool(getattr(settings, "tiers", None))
-                     and trained_for == registry.policy_fingerprint(None, settings.policy).id)
+    base = registry.tier_base(settings)
+    base_of_tiers = old is not None and not same_policy and base is not None and trained_for == base.id
     prior = old.base_rates if same_policy and old is not None else None
     if base_of_tiers and old is not None:  # the base tier is the same model: its actions' rates carry over
         prior = {a: r for a, r in (old.base_rates or {}).items() if "@" not in a} or None

@@ -266,8 +266,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
     entry = registry.resolve_default(Path(settings.home), fingerprint)
     # the router in use: the policy's own, or for a tiered policy with none, its base model's (judged over the base
     # tier's actions, as it decides: agentrt.train.learn.learn_round)
-    base_id = registry.policy_fingerprint(None, settings.policy).id if settings.tiers else None
-    incumbent = Incumbent(entry if entry and entry.fingerprint_id in (fingerprint.id, base_id) else None)
+    base = registry.tier_base(settings)
+    incumbent = Incumbent(entry if entry and entry.fingerprint_id in (fingerprint.id, base and base.id) else None)
     out = Path(args.out)
     paths = list(logged)
     if suites:
