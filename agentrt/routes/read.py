@@ -21,6 +21,8 @@ planner, no tool loop: a few hundred tokens where ``plan`` spends thousands.
   an initial ("Arthur C. Clarke") ends the sentence early, and a cued model copies a span more readily,
   an injected one too (the synthesis rule below; docs/untrusted-content.md). Under a JSON schema the
   answer is the caller's JSON: no cue.
+* One worked example (``EXAMPLE``: a passage, a question, the cued span) comes before the run's turns; the
+  answer is still only what follows the cue in the run's own turn.
 * The answer must come from the passages: when fewer than ``GROUNDED_SHARE`` of its content words are in
   the passages shown (titles included), the route says "I don't know." instead and records the model's
   answer in a ``final_answer`` step (``composed_from: "answer_rejected: not in the passages"``). Asked to
@@ -60,13 +62,28 @@ SEARCH_TIMEOUT_S = 30.0
 SYSTEM = ("Answer the question using only the documents below. Answer in a few words. "
           "If the documents do not contain the answer, say \"I don't know.\"")
 NO_ANSWER = "I don't know."
+# One worked example before the run's turns: a document, a question, and the cued answer, a span copied from it,
+# with other names in the passage that are not the answer. Shown once how an answer looks, both tiers copy the
+# right span more often on reading-comprehension questions: token F1 of read on 40 answerable squad-heldout
+# questions not used to choose it, 0.231 -> 0.345 on the small model, 0.441 -> 0.494 on the large; on multi-hop
+# hotpotqa-heldout ones it is level (0.109 -> 0.115, 0.270 -> 0.257), for ~90 more prompt tokens
+# (docs/results/routing.md, 2026-12-06). Its facts are true: a made-up one would teach a made-up answer.
+# Not under a JSON schema, whose answer is the caller's JSON.
+EXAMPLE = (
+    Message("user", quote_untrusted("The Eiffel Tower is a wrought-iron tower in Paris, designed by the company of "
+                                    "Gustave Eiffel. Its chief engineers were Maurice Koechlin and Emile Nouguier.",
+                                    id="example", source="corpus", title="Eiffel Tower")
+            + "\n\nQuestion: Whose company designed the Eiffel Tower?"),
+    Message("assistant", f"{ANSWER_CUE} Gustave Eiffel."),
+)
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset("a an the of in on at to and or is are was were be by for with from as it its that this "
                   "i don't know dont".split())
 
 
 def read_messages(ctx: RunContext, question: str, hits: list[dict[str, Any]], chars: int) -> list[Message]:
-    """The answer prompt: the run's system and history, then the passages quoted and the question last.
+    """The answer prompt: the run's system, the worked example (``EXAMPLE``, not under a JSON schema), the run's
+    history, then the passages quoted and the question last.
 
     The passages come best-last, the top hit next to the question: a small model answers from the passage
     nearest the question. With the cue, best-first, the 135M policy named the director of Sinister from the
@@ -75,7 +92,8 @@ def read_messages(ctx: RunContext, question: str, hits: list[dict[str, Any]], ch
     system = "\n\n".join(s for s in (ctx.system, f"{SYSTEM} {UNTRUSTED_NOTICE}") if s)
     blocks = "\n".join(quote_untrusted(_cut(h["text"], chars), id=h["id"], source="corpus", title=h["title"] or None)
                        for h in reversed(hits))
-    return [Message("system", system), *ctx.history, Message("user", f"{blocks}\n\nQuestion: {question}")]
+    example = list(EXAMPLE) if ctx.options.json_schema is None else []
+    return [Message("system", system), *example, *ctx.history, Message("user", f"{blocks}\n\nQuestion: {question}")]
 
 
 def cite(answer: str, hits: list[dict[str, Any]], question: str = "") -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 from agentrt.app.commands.demo import DEMO_CORPUS, index_sample_corpus
 from agentrt.core.config import Settings
 from agentrt.core.text import UNTRUSTED_NOTICE
-from agentrt.routes.read import ANSWER_CUE, UNGROUNDED, cued_answer, grounded
+from agentrt.routes.read import ANSWER_CUE, EXAMPLE, UNGROUNDED, cued_answer, grounded
 
 QUESTION = "Who is the director of the film Sinister?"
 
@@ -48,6 +48,10 @@ def test_read_answers_from_the_top_passages_and_cites_them(sample_agent):
     assert len(calls) == 1
     system, user, cue = (calls[0]["messages"][i]["content"] for i in (0, -2, -1))
     assert UNTRUSTED_NOTICE in system and user.count("<document id=") == 3 and user.endswith(QUESTION)
+    # the worked example comes first, its answer the cue and a span of its passage; it is never cited
+    example, shown = calls[0]["messages"][1:3]
+    assert (example["role"], shown["role"]) == ("user", "assistant") and shown["content"] == EXAMPLE[1].content
+    assert shown["content"].startswith(ANSWER_CUE) and "Gustave Eiffel" in example["content"]
     assert cue == ANSWER_CUE and calls[0]["messages"][-1]["role"] == "assistant"
     assert result.usage.total_tokens <= 1500
 
@@ -93,6 +97,22 @@ def test_read_says_it_does_not_know_when_the_answer_is_not_in_the_passages():
     out, ctx = read(" in the north of Kestria.")
     assert out.answer == "in the north of Kestria" and out.citations == ["p1"]
     assert not [s for s in ctx.steps if s["kind"] == "final_answer"]
+
+
+def test_the_worked_example_is_left_out_under_a_json_schema():
+    """Under a JSON schema the answer is the caller's JSON: an example answering "The answer is ..." would
+    teach the wrong form, so the prompt has none."""
+    from agentrt.backends.scripted import ScriptedBackend
+    from agentrt.core.budget import Budget
+    from agentrt.core.request import AnswerOptions
+    from agentrt.routes.context import RunContext
+    from agentrt.routes.read import read_messages
+
+    hits = [{"id": "p1", "title": "Lake Vinn", "text": "Lake Vinn lies in the north of Kestria.", "score": 1.0}]
+    ctx = RunContext("run", "Where is Lake Vinn?", Budget(1500), ScriptedBackend([]), Settings())
+    assert [m.role for m in read_messages(ctx, ctx.question, hits, 600)] == ["system", "user", "assistant", "user"]
+    ctx.options = AnswerOptions(confidence="off", json_schema={"type": "object"})
+    assert [m.role for m in read_messages(ctx, ctx.question, hits, 600)] == ["system", "user"]
 
 
 def test_a_small_budget_cuts_the_passages_and_a_tiny_one_truncates_honestly(sample_agent):
