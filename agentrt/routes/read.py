@@ -29,7 +29,7 @@ planner, no tool loop: a few hundred tokens where ``plan`` spends thousands.
   say so, the 135M model never does; what it writes instead is a guessed year ("2018") or a name from
   nowhere. On the 91 logged read runs of the document explorations this turned 26 answers to questions the
   index cannot answer into abstentions and cost no exact answer (docs/results/routing.md). "yes"/"no" are exempt:
-  a judgement, not a span.
+  a judgement, not a span; a clause after one is dropped (``JUDGEMENT``), as no check would see it.
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ EXAMPLE = (
     Message("assistant", f"{ANSWER_CUE} Gustave Eiffel."),
 )
 _WORD = re.compile(r"[a-z0-9]+")
+# "yes, Scott Derrickson and Ed Wood are both of Scottish descent" (the 135M model on pooled HotpotQA; they are
+# American): ``grounded`` exempts a judgement, so a clause after "yes"/"no" would be a claim nothing checked. The
+# answer is the word (token F1 against the gold "yes": 0.17 -> 1.0; docs/results/routing.md, 2026-12-06).
+JUDGEMENT = re.compile(r"(yes|no)\s*[,;:\u2013\u2014-]\s*\S", re.IGNORECASE)
 _STOP = frozenset("a an the of in on at to and or is are was were be by for with from as it its that this "
                   "i don't know dont".split())
 
@@ -176,10 +180,12 @@ async def run(ctx: RunContext, question: str, *, searcher: Any = None) -> RouteO
 
 def cued_answer(text: str) -> str:
     """The answer a cued completion holds: what follows "The answer is" (a colon, quotes and the closing
-    period dropped), one sentence."""
+    period dropped), one sentence; a "yes"/"no" followed by a clause is the bare word (``JUDGEMENT``)."""
     text = text.strip().split("\n")[0].strip()
     text = text[1:].strip() if text.startswith(":") else text
     text = text.rstrip(".").strip()
+    if judgement := JUDGEMENT.match(text):
+        return judgement.group(1)
     return text[1:-1].strip() if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'" else text
 
 

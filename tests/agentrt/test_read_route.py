@@ -64,6 +64,18 @@ def test_the_cued_answer_is_the_span_after_the_cue():
     assert cued_answer("") == ""
 
 
+def test_a_yes_or_no_answer_is_the_bare_word_without_its_unchecked_clause():
+    """"yes"/"no" skip the grounding check (a judgement, not a span): a clause after one would be a claim
+    nothing checked, so the answer is the word alone; words that merely start with one are not cut."""
+    assert cued_answer(" yes, Scott Derrickson and Ed Wood are both of Scottish descent.") == "yes"
+    assert cued_answer(" No; 888 7th Avenue is an office tower.") == "No"
+    assert cued_answer(" no - they are not.") == "no"
+    assert cued_answer(" Yes.") == "Yes"
+    assert cued_answer(" no one knows") == "no one knows"
+    assert cued_answer(" Nobody, as far as the documents say") == "Nobody, as far as the documents say"
+    assert cued_answer(" yesterday") == "yesterday"
+
+
 def test_an_answer_is_grounded_when_the_passages_hold_its_words():
     hits = [{"id": "p1", "title": "Sinister (film)", "text": "Sinister is a 2012 horror film directed by Scott Derrickson."}]
     assert grounded("Scott Derrickson", hits) and grounded("a 2012 film", hits)
