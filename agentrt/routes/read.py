@@ -184,9 +184,9 @@ def cued_answer(text: str) -> str:
     text = text.strip().split("\n")[0].strip()
     text = text[1:].strip() if text.startswith(":") else text
     text = text.rstrip(".").strip()
-    if judgement := JUDGEMENT.match(text):
-        return judgement.group(1)
-    return text[1:-1].strip() if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'" else text
+    text = text[1:-1].strip() if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'" else text
+    judgement = JUDGEMENT.match(text)
+    return judgement.group(1) if judgement else text
 
 
 def grounded(answer: str, hits: list[dict[str, Any]], chars: int = PASSAGE_CHARS) -> bool:

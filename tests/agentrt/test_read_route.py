@@ -71,6 +71,7 @@ def test_a_yes_or_no_answer_is_the_bare_word_without_its_unchecked_clause():
     assert cued_answer(" No; 888 7th Avenue is an office tower.") == "No"
     assert cued_answer(" no - they are not.") == "no"
     assert cued_answer(" Yes.") == "Yes"
+    assert cued_answer(' "yes, both of them"') == "yes"  # quoted: the quotes go first
     assert cued_answer(" no one knows") == "no one knows"
     assert cued_answer(" Nobody, as far as the documents say") == "Nobody, as far as the documents say"
     assert cued_answer(" yesterday") == "yesterday"
