@@ -28,7 +28,11 @@ OUT/FAMILY/{traffic*,every,heldout-grid}.
 
 ``--every-action`` is issue 38's adaptation row instead: a user's suite with gold answers, learned with
 `agentrt learn --every-action` (each pool question run once with every action, the gate's value then exact per
-question); N counts questions, not runs, and there is no observe mode.
+question); N counts questions, not runs, and there is no observe mode. ``--rotate K`` then also holds every
+question of the family out once: the pool's and the held-out set's questions (each run with every action) in K
+folds by a stable hash; per fold, ``learn_round`` on the first N of the other questions and the router in use
+afterwards, the candidate and the shipped router scored on the fold; values pooled over all the questions, ECE over
+all their runs (one held-out split of 40 moves the value by +-0.15; this is the figure to quote).
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def _log(suite: Path, out: Path, home: Path, args, seed: int = 0, every: bool = 
            "--min-runs", "0", "--epsilon", str(args.epsilon), "--temperature", "0", "--budget", str(args.budget),
            "--workers", str(args.workers), "--seed", str(seed), "--out", str(out), "--no-progress"]
     cmd += ["--every-action"] if every else []
+    cmd += ["--actions", ",".join(args.actions)] if args.actions else []
     if args.limit:
         cmd += ["--limit", str(args.limit)]
     subprocess.run(cmd, env=env, cwd=ROOT, check=True)
@@ -108,12 +113,16 @@ def main() -> None:
     ap.add_argument("--tier", action="append", metavar="NAME=SPEC", help="the policy's tiers, as `agentrt learn "
                     "--tier` (default: the default policy's, the second embedded model when installed; none: the "
                     "policy alone)")
+    ap.add_argument("--actions", nargs="+", help="the traffic explores (and `learn` trains over) these actions alone, "
+                    "`agentrt learn --actions` (default: every action; the held-out grid defaults to these too)")
     ap.add_argument("--lambda", dest="lam", type=float, default=0.3)
     ap.add_argument("--gate", choices=("crossfit", "holdout"), default="crossfit", help="learn_round's gate")
     ap.add_argument("--observe", type=int, default=100, help="a candidate the gate kept decides the next this many "
                     "traffic runs in shadow and is judged as `learn --traffic` judges it (0: off)")
     ap.add_argument("--every-action", action="store_true", help="learn from the pool's first N questions each run "
                     "with every action (`agentrt learn --every-action` on a suite with gold; N counts questions)")
+    ap.add_argument("--rotate", type=int, default=0, metavar="K", help="with --every-action: also hold every "
+                    "question out once, in K folds (learn on N of the others), values pooled over all questions")
     ap.add_argument("--out", default="adapt-out")
     args = ap.parse_args()
     args.limit = args.limit or max(args.n)
@@ -132,7 +141,7 @@ def main() -> None:
     tiers = tier_overrides(args).get("tiers", Settings().tiers)
     os.environ["AGENTRT_TIERS"] = json.dumps(tiers)  # learn and eval (subprocesses) run the same tiered policy
     settings = Settings(tiers=tiers)
-    args.grid = args.grid or [*GRID, *(tier_action(r, t) for t in tiers for r in GRID if r in TIER_ROUTES)]
+    args.grid = args.grid or args.actions or [*GRID, *(tier_action(r, t) for t in tiers for r in GRID if r in TIER_ROUTES)]
     # the router the runtime would use for this policy: the shipped one trained for it, else the base model's
     entry = registry.resolve_default(home, registry.settings_fingerprint(settings))
     shipped = RouterModel.load(entry.path)
@@ -175,14 +184,16 @@ def main() -> None:
                    "gate": None if gate is None else ("promoted" if gate.promoted else "kept"),
                    "verdict": None if gate is None else gate.verdict.lines() + gate.verdict.reasons,
                    "shuffled_refused": refused,
-                   **_score(in_use, held, settings, args.lam, fixed)}
+                   **_score(in_use, held, settings, args.lam, fixed, args.actions)}
             if candidate is not None:
-                row["candidate"] = _score(candidate, held, settings, args.lam, fixed)
+                row["candidate"] = _score(candidate, held, settings, args.lam, fixed, args.actions)
             if candidate is not None and gate is not None and not gate.promoted and args.observe and not args.every_action:
                 row["observe"] = _observe(candidate, rows, traffic[n:n + args.observe], settings, args.lam)
             row["best_fixed"] = None if best is None else {"action": best.name, "value": round(best.value, 4),
                                                            "success": round(best.success, 4),
                                                            "tokens": round(best.tokens, 1)}
+            if n and args.every_action and args.rotate > 1:
+                row["rotated"] = _rotated([*traffic, *held], shipped, settings, family, n, args)
             results.append(row)
     (out / "adapt.json").write_text(json.dumps(results, indent=1))
     f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
@@ -211,6 +222,54 @@ def main() -> None:
                  f"{r['observe']['difference']:+.3f} [{r['observe']['interval'][0]:+.3f}, "
                  f"{r['observe']['interval'][1]:+.3f}] at {r['observe']['level']}"]
                 for r in results]), width=300)
+    rotated = [r for r in results if r.get("rotated")]
+    if rotated:
+        cell = lambda d: f"{d['value']:+.3f}, {f(d['ece'])} ({f(d['ece_floor'])})"  # noqa: E731
+        show(table("every question held out once (--rotate): value pooled over the questions, ECE (floor) over "
+                   "their runs", ["family", "N", "questions", "gates per fold", "router in use after learn",
+                                  "candidate", "shipped", "best fixed"],
+                   [[r["family"], r["n"], r["rotated"]["questions"], " ".join(r["rotated"]["gates"]),
+                     cell(r["rotated"]["in_use"]), cell(r["rotated"]["candidate"]), cell(r["rotated"]["shipped"]),
+                     f"{r['rotated']['best_fixed'][0]} {r['rotated']['best_fixed'][1]:+.3f}"] for r in rotated]),
+             width=200)
+
+
+def _rotated(runs, shipped, settings, family: str, n: int, args) -> dict:
+    """Every question held out once (``--rotate``): the router in use after ``learn_round`` on the first ``n``
+    questions of the other folds, the candidate, the shipped router and each fixed action, scored fold by fold;
+    values pooled over the questions (a mean of per-question values: every action was run on each), ECE over the
+    runs of all folds."""
+    from agentrt.train.router_eval import config, deciding_estimator, evaluate, fixed_estimator
+    from evals.bench.family_bench import _ece
+
+    order = sorted({e.question for e in runs}, key=lambda q: hashlib.blake2b(q.encode(), digest_size=4).digest())
+    fold = {q: i % args.rotate for i, q in enumerate(order)}
+    actions = tuple(sorted({e.action for e in runs}))
+    values: dict[str, float] = {}
+    pairs: dict[str, list] = {}
+    gates = []
+    for k in range(args.rotate):
+        test = [e for e in runs if fold[e.question] == k]
+        keep = set([q for q in order if fold[q] != k][:n])
+        candidate, gate = _learn([e for e in runs if e.question in keep], shipped, settings, family, args.lam, args.gate)
+        gates.append("promoted" if gate.promoted else "kept")
+        share = len({e.question for e in test}) / len(order)
+        routers = {"in_use": candidate if gate.promoted else shipped, "candidate": candidate, "shipped": shipped}
+        for name, model in routers.items():
+            if model is None:
+                continue
+            mine = tuple(a for a in model.actions if a in actions)
+            values[name] = values.get(name, 0.0) + share * score(name, model, test, mine, settings, args.lam)["eval"].value
+            estimate, _ = deciding_estimator(model, settings)
+            pairs.setdefault(name, []).extend((p, e.success) for e in test
+                                              if (p := estimate(e)[0].get(e.action)) is not None)
+        for a in actions:
+            fixed = evaluate(a, fixed_estimator(a), fixed_estimator(a), test, config(args.lam, (a,))).value
+            values[f"fixed:{a}"] = values.get(f"fixed:{a}", 0.0) + share * fixed
+    best = max((a for a in values if a.startswith("fixed:")), key=values.get)
+    return {"questions": len(order), "folds": args.rotate, "gates": gates, "best_fixed": [best, round(values[best], 4)],
+            **{name: {"value": round(values[name], 4), "ece": _ece(pairs[name])[0], "ece_floor": _ece(pairs[name])[1]}
+               for name in pairs}}
 
 
 def _first_questions(examples, n: int):
@@ -295,12 +354,12 @@ def _learn(rows, shipped, settings, family: str, lam: float, gate: str = "crossf
     return candidate, report
 
 
-def _score(model, held, settings, lam: float, fixed: dict) -> dict:
+def _score(model, held, settings, lam: float, fixed: dict, only=None) -> dict:
     """A router as the runtime runs it (its estimate where it has evidence, else the fallback), on the logged
     held-out runs: DR value with its interval, success, tokens, ECE over all runs, over the calibrated ones and
     over the abstain estimates apart from the others', and, where one answering action wins, the share of its
-    wins the router sends to it."""
-    s = score("router", model, held, tuple(model.actions), settings, lam)
+    wins the router sends to it. ``only``: it decides among these of its actions (``--actions``)."""
+    s = score("router", model, held, tuple(a for a in model.actions if not only or a in only), settings, lam)
     ev = s["eval"]
     return {"value": round(ev.value, 4), "interval": [round(x, 4) for x in ev.interval],
             "success": round(ev.success, 4), "tokens": round(ev.tokens, 1), "ece": s["ece"][0],

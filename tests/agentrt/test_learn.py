@@ -208,6 +208,37 @@ def test_learn_every_action_runs_each_item_once_per_action_and_values_it_exactly
     assert len((out / "explore" / "results.jsonl").read_text().splitlines()) == 16
 
 
+def test_learn_actions_explores_trains_and_judges_only_the_actions_named(tmp_path, agentrt_home, capsys):
+    """`--actions abstain,direct`: only those run (every item once with each), the candidate decides among them
+    alone, its provenance says so; a name the policy does not have is one line and exit 2, before any run."""
+    suite = tmp_path / "tiny.jsonl"
+    items = [{"id": "u1", "question": "What is my password?", "type": "unanswerable"},
+             {"id": "q1", "question": "What is the capital of France?", "type": "qa", "answer": "Paris"},
+             {"id": "u2", "question": "Who will win the lottery next week?", "type": "unanswerable"},
+             {"id": "q2", "question": "What is 2 + 2?", "type": "math", "answer": "4"}]
+    suite.write_text("\n".join(json.dumps(i) for i in items) + "\n")
+    out = tmp_path / "learn"
+    base = ["learn", str(suite), "--every-action", "--budget", "96", "--folds", "2", "--bootstrap", "100",
+            "--out", str(out), "--no-progress"]
+    assert main([*base, "--actions", "abstain,plan@huge"]) == 2
+    err = capsys.readouterr().err
+    assert "--actions: plan@huge not among this policy's actions" in err and err.count("\n") == 1
+    assert not (out / "explore" / "results.jsonl").exists()
+    assert main([*base, "--actions", "direct, abstain"]) == 0, capsys.readouterr().err
+    assert "running every action on each item: direct, abstain (8 runs)" in capsys.readouterr().err
+    results = [json.loads(line) for line in (out / "explore" / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["item_id"], r["route"]) for r in results) == sorted(
+        (i["id"], a) for i in items for a in ("direct", "abstain"))
+    report = json.loads((out / "report.json").read_text())
+    assert report["runs"]["total"] == 8 and set(report["fixed"]) == {"abstain", "direct"}
+    candidate = RouterModel.load(agentrt_home / "routers" / "r001.json")
+    assert set(candidate.actions) == {"abstain", "direct"} and candidate.provenance["actions"] == ["abstain", "direct"]
+    assert candidate.provenance["explore"]["actions"] == ["direct", "abstain"]
+    # learning again from the folder with a name it has no runs of: one line, nothing trained
+    assert main(["learn", str(out / "trajectories"), "--actions", "reason", "--out", str(tmp_path / "again")]) == 2
+    assert "--actions: reason not among the actions with runs (abstain, direct)" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_default_router_sends_arithmetic_to_the_calculator(embedded, agentrt_home):
     """Issue 20, item 6: with no flag, `agentrt run "What is 1234*5678?"` used to answer 12345678 on direct; the

@@ -62,6 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "then values both routers from runs of their own choices, not from the few an explorer made: "
                         "50-100 items settle what one explored run per item leaves open; as many runs per item as "
                         "there are actions)")
+    p.add_argument("--actions", type=_action_list, metavar="A,B,...",
+                   help="only these actions: explored, trained and judged (default: every action this policy has; "
+                        "e.g. abstain,direct,read,read@large leaves plan and reason out, the slow ones on a CPU); "
+                        "runs of other actions in the folders given are not used, and the router trained decides "
+                        "among these alone")
     p.add_argument("--no-free-abstain", dest="free_abstain", action="store_false",
                    help="do not log a (token-free) abstain run of every item beside the exploring run")
     p.add_argument("--explore-only", action="store_true", help="run the exploration, do not train")
@@ -89,6 +94,29 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--min-runs must be 0 (no shares) or more, got {args.min_runs}")
     if args.folds < 2:
         raise InputError("--folds must be at least 2")
+
+
+def _action_list(text: str) -> tuple[str, ...]:
+    """``--actions``: a comma-separated list, each name once (checked against the policy's once it is known)."""
+    names = tuple(dict.fromkeys(a.strip() for a in text.split(",") if a.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one action, e.g. abstain,read,read@large")
+    return names
+
+
+def chosen_actions(available: tuple[str, ...], wanted: tuple[str, ...] | None,
+                   among: str = "this policy's actions") -> tuple[str, ...]:
+    """``available`` (the policy's actions, in their order) cut to ``wanted`` (``--actions``); a name it does not
+    have is one clear error."""
+    from agentrt.core.errors import InputError
+
+    if not wanted:
+        return available
+    unknown = [a for a in wanted if a not in available]
+    if unknown:
+        raise InputError(f"--actions: {', '.join(unknown)} not among {among} ({', '.join(available) or 'none'}); "
+                         "plan needs an index for the suites' corpus, a tier action a --tier")
+    return tuple(a for a in available if a in wanted)
 
 
 def _load_suites(names: list[str]) -> tuple[list[Any], list[Path]]:
@@ -181,6 +209,7 @@ def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out
     prepare_corpus(settings, [item for s in suites for item in s.items[:args.limit]])
     actions = tuple(a for a in ACTIONS if a not in INDEX_ROUTES or corpus_signals(settings) is not None)
     actions = tiered_actions(actions, settings)  # a tiered policy: each answering route on each tier too
+    actions = chosen_actions(actions, getattr(args, "actions", None))
     from agentrt.train.router import MIN_RUNS_PER_ACTION, explore_shares
 
     planned = sum(len(s.items[:args.limit]) for s in suites) * args.samples
@@ -191,7 +220,7 @@ def explore(args: argparse.Namespace, settings: Settings, suites: list[Any], out
               file=sys.stderr)
     else:
         minimum = MIN_RUNS_PER_ACTION if getattr(args, "min_runs", None) is None else args.min_runs
-        free = FREE_ACTIONS if args.free_abstain else ()
+        free = tuple(a for a in FREE_ACTIONS if a in actions) if args.free_abstain else ()
         shares = explore_shares(have or {}, planned, actions, free=free, minimum=minimum)
         if shares:
             print("exploring: minimum shares so every action gets runs (want >= "
@@ -239,7 +268,7 @@ def _provenance_extra(args: argparse.Namespace, suites: list[Any], logged: list[
     extra: dict[str, Any] = {}
     if suites:
         extra["explore"] = {"suites": [s.name for s in suites], "budget": args.budget, "epsilon": args.epsilon,
-                            "every_action": args.every_action,
+                            "every_action": args.every_action, "actions": list(args.actions or []) or None,
                             "temperature": args.temperature, "limit": args.limit, "samples": args.samples,
                             "min_runs": args.min_runs,
                             "free_abstain": args.free_abstain, "logging_router": args.logging_router or incumbent}
@@ -257,6 +286,11 @@ def cmd_learn(args: argparse.Namespace) -> int:
 
     _check(args)
     if args.traffic or not args.suites:
+        if args.actions:
+            from agentrt.core.errors import InputError
+
+            raise InputError("--actions applies to learning from suites or folders; --traffic learns over the "
+                             "actions your runs took")
         from agentrt.app.commands._traffic import cmd_traffic
 
         return cmd_traffic(args)
@@ -280,6 +314,9 @@ def cmd_learn(args: argparse.Namespace) -> int:
         print(f"exploration done: trajectories in {out / 'trajectories'}")
         return 0
     examples = _examples(paths)
+    if args.actions:  # the candidate learns and is judged over these actions alone, the router in use too
+        chosen_actions(tuple(sorted({e.action for e in examples})), args.actions, "the actions with runs")
+        examples = [e for e in examples if e.action in args.actions]
     if not args.no_progress and sys.stderr.isatty():  # the fits take ~40 s on 2,000 runs: say what is happening
         how = (f"{args.folds} cross-fitted folds" if args.gate == "crossfit"
                else f"a {args.holdout:.0%} held-out slice")
