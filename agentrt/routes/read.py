@@ -17,9 +17,11 @@ planner, no tool loop: a few hundred tokens where ``plan`` spends thousands.
   first sentence; the answer is what follows the cue. A small model asked for "a few words" restates the
   question in a sentence ("The writer of Never Let Me Go novel won the ... Award."); cued, it writes the
   span ("Animorphs", "no"): token F1 on the first 20 HotpotQA dev questions over the pooled corpus 0.082 ->
-  0.314 at the same tokens, with the passages best-last (``read_messages``; docs/results/routing.md). The cost:
-  an initial ("Arthur C. Clarke") ends the sentence early, and a cued model copies a span more readily,
-  an injected one too (the synthesis rule below; docs/untrusted-content.md). Under a JSON schema the
+  0.314 at the same tokens, with the passages best-last (``read_messages``; docs/results/routing.md). An
+  initial or an abbreviation ("Arthur C. Clarke", "Roth v. United States") would end that sentence early: a
+  completion that stops right after one goes on, the model asked again with what it wrote so far as its turn
+  (``ABBREVIATION``, at most ``MAX_CONTINUATIONS`` times). The cost of the cue: a cued model copies a span more
+  readily, an injected one too (the synthesis rule below; docs/untrusted-content.md). Under a JSON schema the
   answer is the caller's JSON: no cue.
 * One worked example (``EXAMPLE``: a passage, a question, the cued span) comes before the run's turns; the
   answer is still only what follows the cue in the run's own turn.
@@ -80,6 +82,10 @@ _WORD = re.compile(r"[a-z0-9]+")
 # "yes, Scott Derrickson and Ed Wood are both of Scottish descent" (the 135M model on pooled HotpotQA; they are
 # American): ``grounded`` exempts a judgement, so a clause after "yes"/"no" would be a claim nothing checked. The
 # answer is the word (token F1 against the gold "yes": 0.17 -> 1.0; docs/results/routing.md, 2026-12-06).
+# what a one-sentence stop (". ") can cut after: a capital initial ("Arthur C") or a common abbreviation ("Roth v")
+ABBREVIATION = re.compile(r"(?:^|[\s(])(?:[A-Z]|v|vs|St|Mt|Ft|Dr|Mr|Mrs|Ms|Jr|Sr|Inc|Co|Corp|Ltd|Gen|Lt|Col|"
+                          r"Capt|Gov|Sen|Rep|Rev|Prof|U\.S|U\.K|D\.C)$")
+MAX_CONTINUATIONS = 2
 JUDGEMENT = re.compile(r"(yes|no)\s*[,;:\u2013\u2014-]\s*\S", re.IGNORECASE)
 _STOP = frozenset("a an the of in on at to and or is are was were be by for with from as it its that this "
                   "i don't know dont".split())
@@ -166,7 +172,8 @@ async def run(ctx: RunContext, question: str, *, searcher: Any = None) -> RouteO
                        stop=["\nQuestion:", *(CUE_STOP if cue else [])],
                        chat_template_kwargs=no_thinking(ctx.settings, ctx.policy))
     completion = await ctx.call_model("answer", messages, params, min_tokens=MIN_ANSWER_TOKENS, thought=False)
-    thought, answer = split_thought(completion.text)
+    text = await _past_abbreviations(ctx, messages, params, completion) if cue else completion.text
+    thought, answer = split_thought(text)
     if cue:
         answer = cued_answer(answer)
         if not grounded(answer, shown, chars):
@@ -176,6 +183,23 @@ async def run(ctx: RunContext, question: str, *, searcher: Any = None) -> RouteO
     answer = guard_answer(ctx, answer.strip(), [(h["id"], h["text"]) for h in shown])
     ctx.best_answer = answer
     return RouteOutput(answer, thought, citations=cite(answer, shown, question))
+
+
+async def _past_abbreviations(ctx: RunContext, messages: list[Message], params: GenParams, completion: Any) -> str:
+    """The cued completion's text, continued while it stopped right after an initial or an abbreviation (the
+    sentence stop cut "Arthur C. Clarke" to "Arthur C"): the model is asked again with the cue, what it wrote and
+    the period as its turn. No room left in the budget keeps what it has."""
+    text = completion.text
+    for _ in range(MAX_CONTINUATIONS):
+        if completion.finish_reason != "stop" or not ABBREVIATION.search(text) or "\n" in text:
+            break
+        turn = Message("assistant", f"{ANSWER_CUE}{text}.")
+        try:
+            completion = await ctx.call_model("answer", [*messages[:-1], turn], params, thought=False)
+        except BudgetExceeded:
+            break
+        text = f"{text}.{completion.text}"
+    return text
 
 
 def cued_answer(text: str) -> str:

@@ -162,6 +162,33 @@ def test_a_strategy_environment_episode_runs_the_route(family, agentrt_home):
     assert episode.reward == pytest.approx(episode.score - 0.3 * episode.tokens / 256, abs=1e-6)
 
 
+@pytest.mark.parametrize("continuations", [0, 2])
+def test_a_read_answer_goes_on_past_an_initial(family, continuations, monkeypatch):
+    """The read route's cued answer stops at its sentence's end (". "): an initial would cut "Arthur C. Clarke" to
+    "Arthur C". Cut there, the model is asked again with what it wrote; with the continuation off the cut shows."""
+    import asyncio
+
+    from agentrt.core.budget import Budget
+    from agentrt.core.config import Settings
+    from agentrt.routes import read
+    from agentrt.routes.context import RunContext
+
+    monkeypatch.setattr(read, "MAX_CONTINUATIONS", continuations)
+    _, backend = family
+    passages = [{"id": "p1", "title": "2001: A Space Odyssey (novel)", "score": 1.0,
+                 "text": "2001: A Space Odyssey is a 1968 science fiction novel written by the British author "
+                         "Arthur C. Clarke."}]
+    question = "Who wrote the novel 2001: A Space Odyssey?"
+    ctx = RunContext("run", question, Budget(1500), backend, Settings())
+    out = asyncio.run(read.run(ctx, question, searcher=lambda q, k: passages))
+    calls = [s for s in ctx.steps if s["kind"] == "model_call"]
+    if continuations:
+        assert "Arthur C. Clarke" in out.answer and len(calls) == 2, out.answer
+        assert calls[1]["messages"][-1]["content"].endswith("Arthur C.")
+    else:
+        assert out.answer.endswith("Arthur C") and len(calls) == 1, out.answer
+
+
 def test_the_server_tokenizes_and_detokenizes_with_qwens_vocabulary(qwen_model_path, agentrt_home):
     """A real ``agentrt serve --policy hf:embedded:qwen2.5-coder-0.5b``: /tokenize and /detokenize round-trip
     in Qwen's vocabulary, an id past its tokenizer is a 400, and a chat answer carries no control token."""
