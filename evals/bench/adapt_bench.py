@@ -239,7 +239,7 @@ def _rotated(runs, shipped, settings, family: str, n: int, args) -> dict:
     questions of the other folds, the candidate, the shipped router and each fixed action, scored fold by fold;
     values pooled over the questions (a mean of per-question values: every action was run on each), ECE over the
     runs of all folds."""
-    from agentrt.train.router_eval import config, deciding_estimator, evaluate, fixed_estimator
+    from agentrt.train.router_eval import config, evaluate, fixed_estimator
     from evals.bench.family_bench import _ece
 
     order = sorted({e.question for e in runs}, key=lambda q: hashlib.blake2b(q.encode(), digest_size=4).digest())
@@ -258,18 +258,17 @@ def _rotated(runs, shipped, settings, family: str, n: int, args) -> dict:
         for name, model in routers.items():
             if model is None:
                 continue
-            mine = tuple(a for a in model.actions if a in actions)
-            values[name] = values.get(name, 0.0) + share * score(name, model, test, mine, settings, args.lam)["eval"].value
-            estimate, _ = deciding_estimator(model, settings)
-            pairs.setdefault(name, []).extend((p, e.success) for e in test
-                                              if (p := estimate(e)[0].get(e.action)) is not None)
+            scored = score(name, model, test, tuple(a for a in model.actions if a in actions), settings, args.lam)
+            values[name] = values.get(name, 0.0) + share * scored["eval"].value
+            pairs.setdefault(name, []).extend(scored["pairs"])
         for a in actions:
             fixed = evaluate(a, fixed_estimator(a), fixed_estimator(a), test, config(args.lam, (a,))).value
             values[f"fixed:{a}"] = values.get(f"fixed:{a}", 0.0) + share * fixed
     best = max((a for a in values if a.startswith("fixed:")), key=values.get)
+    eces = {name: _ece(p) for name, p in pairs.items()}
     return {"questions": len(order), "folds": args.rotate, "gates": gates, "best_fixed": [best, round(values[best], 4)],
-            **{name: {"value": round(values[name], 4), "ece": _ece(pairs[name])[0], "ece_floor": _ece(pairs[name])[1]}
-               for name in pairs}}
+            **{name: {"value": round(values[name], 4), "ece": ece, "ece_floor": floor}
+               for name, (ece, floor) in eces.items()}}
 
 
 def _first_questions(examples, n: int):

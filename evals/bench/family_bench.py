@@ -64,7 +64,8 @@ def _ece(pairs: list[tuple[float, float]]) -> tuple[float | None, float | None]:
 
 
 def score(name, model, runs, actions, settings, lam):
-    """A router as the runtime runs it, on ``runs``: its PolicyEval, the ECE rows and its choice per run."""
+    """A router as the runtime runs it, on ``runs``: its PolicyEval, the ECE rows, its choice per run and the
+    (estimate, outcome) pairs the ECE is over (to pool them across folds)."""
     from agentrt.train.router_eval import config, deciding_estimator, evaluate, greedy, model_estimator
 
     from agentrt.router.evidence import MIN_EVIDENCE
@@ -89,7 +90,8 @@ def score(name, model, runs, actions, settings, lam):
             "ece_abstain": _ece([(p, y) for p, y, _, a in pairs if a]),
             "ece_answering": _ece([(p, y) for p, y, _, a in pairs if not a]),
             "calibrated_share": sum(c for _, _, c, _ in pairs) / max(1, len(pairs)),
-            "decided_calibrated": sum(calibrated(e) for e in runs) / max(1, len(runs)), "picks": picks}
+            "decided_calibrated": sum(calibrated(e) for e in runs) / max(1, len(runs)), "picks": picks,
+            "pairs": [(p, y) for p, y, *_ in pairs]}
 
 
 def left_in(examples, family: str, keep_corpus_runs: bool = False):
