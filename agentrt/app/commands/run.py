@@ -65,7 +65,7 @@ def add_confidence_arg(p: argparse.ArgumentParser) -> None:
 
 TIER_HELP = ("a model tier beside the policy, NAME=SPEC (repeatable; replaces the setting tiers): the router then "
              "chooses each answering route on either model, priced in seconds, e.g. --tier large=hf:embedded:qwen2.5-coder-0.5b; "
-             "--tier none: the policy alone (the default policy has the tier large=hf:embedded:qwen2.5-coder-0.5b "
+             "--tier none: the policy alone (the default policy has the tier large=hf:embedded:qwen2.5-coder-1.5b "
              "when that model is installed)")
 
 
