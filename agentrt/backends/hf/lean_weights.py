@@ -25,11 +25,10 @@ from pathlib import Path
 
 import torch
 
+from agentrt.core.config import AUTO_INT8_BYTES
 from agentrt.core.errors import ConfigError
 
 FORMATS = ("auto", "int8", "fp32")
-# ``auto`` picks int8 from this fp32 weight size up: SmolLM2-135M (517 MB) stays fp32, Qwen2.5-0.5B (2.5 GB) is int8
-AUTO_INT8_BYTES = 1 << 30
 
 
 def int8_available() -> bool:
