@@ -28,6 +28,22 @@ os.environ.setdefault("AGENTRT_TIERS", "{}")
 # Real data the tests read ships inside the project: tests/data and evals/data (licences noted there).
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under `make test` (several test processes), convert the default large tier's model (Qwen2.5-Coder-1.5B)
+    before the processes start, where it is not converted yet: its conversion holds ~7 GB of fp32 weights and
+    more, and beside another process's tests (a vLLM engine, two loaded models) it could exhaust a 24 GB machine.
+    Once per machine; a test that needs it then loads the folder."""
+    import importlib.util
+
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return  # a test process, or one process alone: conversions happen where a test needs them
+    from agentrt.backends.embedded import QWEN_1_5B, embedded_model_path
+    from agentrt.core.config import DEFAULT_TIER_PACKAGE, Settings
+
+    if importlib.util.find_spec(DEFAULT_TIER_PACKAGE) is not None:
+        embedded_model_path(Settings().models_dir, model=QWEN_1_5B)
+
+
 @pytest.fixture(autouse=True)
 def agentrt_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "agentrt-home"
