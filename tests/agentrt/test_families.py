@@ -162,10 +162,11 @@ def test_a_strategy_environment_episode_runs_the_route(family, agentrt_home):
     assert episode.reward == pytest.approx(episode.score - 0.3 * episode.tokens / 256, abs=1e-6)
 
 
-@pytest.mark.parametrize("continuations", [0, 2])
-def test_a_read_answer_goes_on_past_an_initial(family, continuations, monkeypatch):
+@pytest.mark.parametrize("goes_on", ["passages", "model", "off"])
+def test_a_read_answer_goes_on_past_an_initial(family, goes_on, monkeypatch):
     """The read route's cued answer stops at its sentence's end (". "): an initial would cut "Arthur C. Clarke" to
-    "Arthur C". Cut there, the model is asked again with what it wrote; with the continuation off the cut shows."""
+    "Arthur C". Cut there, it goes on from the passage that holds the name (no second call); where none does, the
+    model is asked again with what it wrote; with both off the cut shows."""
     import asyncio
 
     from agentrt.core.budget import Budget
@@ -173,7 +174,9 @@ def test_a_read_answer_goes_on_past_an_initial(family, continuations, monkeypatc
     from agentrt.routes import read
     from agentrt.routes.context import RunContext
 
-    monkeypatch.setattr(read, "MAX_CONTINUATIONS", continuations)
+    if goes_on != "passages":
+        monkeypatch.setattr(read, "from_passages", lambda *a, **k: None)
+    monkeypatch.setattr(read, "MAX_CONTINUATIONS", 2 if goes_on == "model" else 0)
     _, backend = family
     passages = [{"id": "p1", "title": "2001: A Space Odyssey (novel)", "score": 1.0,
                  "text": "2001: A Space Odyssey is a 1968 science fiction novel written by the British author "
@@ -182,7 +185,10 @@ def test_a_read_answer_goes_on_past_an_initial(family, continuations, monkeypatc
     ctx = RunContext("run", question, Budget(1500), backend, Settings())
     out = asyncio.run(read.run(ctx, question, searcher=lambda q, k: passages))
     calls = [s for s in ctx.steps if s["kind"] == "model_call"]
-    if continuations:
+    assert calls[0]["completions"][0].rstrip().endswith("Arthur C")  # the sentence stop did cut it
+    if goes_on == "passages":
+        assert out.answer == "Arthur C. Clarke" and len(calls) == 1, out.answer
+    elif goes_on == "model":
         assert "Arthur C. Clarke" in out.answer and len(calls) == 2, out.answer
         assert calls[1]["messages"][-1]["content"].endswith("Arthur C.")
     else:
