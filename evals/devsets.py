@@ -60,6 +60,11 @@ INDEX_CORPUS = DATA_DIR / "hotpotqa-index-corpus.jsonl"
 ARITH_SUITE = DATA_DIR / "arith-dev.jsonl"
 INDEX_QUESTIONS = 160  # half answerable from the index, half not
 INDEX_START = 1000
+# HotpotQA over the pooled index of every dev paragraph (``agentrt index --hotpotqa``): nothing left out, so every
+# question is answerable from it, unlike hotpotqa-index's half; past abstain_bench's questions (5000-), far from
+# the eval's ``hotpotqa`` suite (the first 500)
+POOLED_SUITE = DATA_DIR / "hotpotqa-pooled-dev.jsonl"
+POOLED_QUESTIONS, POOLED_START = 48, 6000
 
 
 def build_index_dev(source: list[dict], n: int = INDEX_QUESTIONS, start: int = INDEX_START,
@@ -86,6 +91,14 @@ def build_index_dev(source: list[dict], n: int = INDEX_QUESTIONS, start: int = I
             seen.add(title)
             passages.append({"title": title, "text": "".join(sentences).strip()})
     return items, passages
+
+
+def build_pooled_dev(source: list[dict], n: int = POOLED_QUESTIONS, start: int = POOLED_START) -> list[dict]:
+    """``n`` questions from ``source[start:]`` asked over the pooled index (``--corpus hotpotqa``): every one
+    answerable (yes/no kept, as in the eval's suite); no corpus file, the run's corpus is searched."""
+    return [{"id": f"hp-{q['_id']}", "question": q["question"], "type": "qa",
+             "answer": (q["answer"] if isinstance(q["answer"], list) else [q["answer"]])[0]}
+            for q in source[start:start + n]]
 
 
 def build_arith(n: int = 40, seed: int = 20) -> list[dict]:
@@ -401,13 +414,14 @@ def main() -> None:
     _write(SQUAD_SUITE, squad)
     _write(SQUAD_CORPUS, squad_passages)
     heldout = write_heldout(source)
+    _write(POOLED_SUITE, build_pooled_dev(source))
     _write(DOCS_SUITE, build_docs())
     if not DOCS_CORPUS.exists():  # frozen: the gold answers were checked against this cut, not today's docs
         _write(DOCS_CORPUS, build_docs_corpus(Path(__file__).resolve().parents[1] / "docs"))
     lacking = sum(1 for i in items if i["type"] == "unanswerable")
     print(f"{len(items)} items ({lacking} the index lacks) -> {INDEX_SUITE}; {len(passages)} passages -> {INDEX_CORPUS}; "
           f"40 items -> {ARITH_SUITE}; {len(squad)} items, {len(squad_passages)} passages -> {SQUAD_SUITE}; "
-          f"{len(DOC_QUESTIONS)} items -> {DOCS_SUITE}; held-out families (items, passages): {heldout}")
+          f"{len(DOC_QUESTIONS)} items -> {DOCS_SUITE}; {POOLED_QUESTIONS} items -> {POOLED_SUITE}; held-out families (items, passages): {heldout}")
 
 
 if __name__ == "__main__":

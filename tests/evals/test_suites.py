@@ -97,3 +97,14 @@ def test_non_positive_numbers_are_rejected(tmp_path, capsys, flag):
     code = main(["eval", "--suite", "gsm8k", flag, "0", "--policy", "scripted:4", "--out", str(tmp_path / "o")])
     assert code == 2
     assert f"{flag} must be a positive integer" in capsys.readouterr().err
+
+
+def test_the_pooled_hotpotqa_dev_set_shares_no_question_with_the_eval_or_the_held_out_families():
+    """hotpotqa-pooled is learned on over the pooled index; the eval's ``hotpotqa`` suite (the first 500 dev
+    questions, asked over that same index) and the families no shipped router may see must not hold its questions."""
+    pooled = load_suite("hotpotqa-pooled")
+    assert len(pooled.items) == 48 and {i.type for i in pooled.items} == {"qa"}
+    assert all(i.corpus is None for i in pooled.items)  # the run's corpus is searched: --corpus hotpotqa
+    others = {i.question.strip() for name in ("hotpotqa", "hotpotqa-index", "hotpotqa-heldout")
+              for i in load_suite(name).items}
+    assert not {i.question.strip() for i in pooled.items} & others
