@@ -421,7 +421,8 @@ def main() -> None:
     lacking = sum(1 for i in items if i["type"] == "unanswerable")
     print(f"{len(items)} items ({lacking} the index lacks) -> {INDEX_SUITE}; {len(passages)} passages -> {INDEX_CORPUS}; "
           f"40 items -> {ARITH_SUITE}; {len(squad)} items, {len(squad_passages)} passages -> {SQUAD_SUITE}; "
-          f"{len(DOC_QUESTIONS)} items -> {DOCS_SUITE}; {POOLED_QUESTIONS} items -> {POOLED_SUITE}; held-out families (items, passages): {heldout}")
+          f"{len(DOC_QUESTIONS)} items -> {DOCS_SUITE}; {POOLED_QUESTIONS} items -> {POOLED_SUITE}; "
+          f"held-out families (items, passages): {heldout}")
 
 
 if __name__ == "__main__":

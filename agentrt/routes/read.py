@@ -22,9 +22,9 @@ planner, no tool loop: a few hundred tokens where ``plan`` spends thousands.
   completion that stops right after one goes on from the passages, where they hold the cut span and its
   continuation ("Clifford P" + ". Hansen": ``from_passages``, no model call), else the model is asked again with
   what it wrote so far as its turn (``ABBREVIATION``, at most ``MAX_CONTINUATIONS`` times; a second prompt, which
-  the default budget of 1024 rarely has room for: 3 of the 1.5B's 26 reads on hotpotqa-index were left cut). The cost of the cue: a cued model copies a span more
-  readily, an injected one too (the synthesis rule below; docs/untrusted-content.md). Under a JSON schema the
-  answer is the caller's JSON: no cue.
+  the default budget of 1024 rarely has room for: 3 of the 1.5B's 26 reads on hotpotqa-index were left cut). The
+  cost of the cue: a cued model copies a span more readily, an injected one too (the synthesis rule below;
+  docs/untrusted-content.md). Under a JSON schema the answer is the caller's JSON: no cue.
 * One worked example (``EXAMPLE``: a passage, a question, the cued span) comes before the run's turns; the
   answer is still only what follows the cue in the run's own turn.
 * The answer must come from the passages: when fewer than ``GROUNDED_SHARE`` of its content words are in
@@ -177,9 +177,7 @@ async def run(ctx: RunContext, question: str, *, searcher: Any = None) -> RouteO
                        stop=["\nQuestion:", *(CUE_STOP if cue else [])],
                        chat_template_kwargs=no_thinking(ctx.settings, ctx.policy))
     completion = await ctx.call_model("answer", messages, params, min_tokens=MIN_ANSWER_TOKENS, thought=False)
-    text = completion.text
-    if cue and completion.finish_reason == "stop" and ABBREVIATION.search(text) and "\n" not in text:
-        text = from_passages(text, shown, chars) or await _past_abbreviations(ctx, messages, params, completion)
+    text = await _past_abbreviations(ctx, messages, params, completion, shown, chars) if cue else completion.text
     thought, answer = split_thought(text)
     if cue:
         answer = cued_answer(answer)
@@ -192,20 +190,31 @@ async def run(ctx: RunContext, question: str, *, searcher: Any = None) -> RouteO
     return RouteOutput(answer, thought, citations=cite(answer, shown, question))
 
 
-async def _past_abbreviations(ctx: RunContext, messages: list[Message], params: GenParams, completion: Any) -> str:
-    """The cued completion's text, continued while it stopped right after an initial or an abbreviation (the
-    sentence stop cut "Arthur C. Clarke" to "Arthur C"): the model is asked again with the cue, what it wrote and
-    the period as its turn. No room left in the budget keeps what it has."""
+def _cut_short(completion: Any, text: str) -> bool:
+    """Whether the sentence stop ended ``text`` right after an initial or an abbreviation ("Arthur C")."""
+    return completion.finish_reason == "stop" and bool(ABBREVIATION.search(text)) and "\n" not in text
+
+
+async def _past_abbreviations(ctx: RunContext, messages: list[Message], params: GenParams, completion: Any,
+                              shown: list[dict[str, Any]], chars: int) -> str:
+    """The cued completion's text, gone on where it stopped right after an initial or an abbreviation (the sentence
+    stop cut "Arthur C. Clarke" to "Arthur C"): from the passages shown when one holds the span (``from_passages``),
+    else the model asked again with the cue, what it wrote and the period as its turn, while it stops cut short. No
+    room left in the budget keeps what it has."""
     text = completion.text
+    if not _cut_short(completion, text):
+        return text
+    if (whole := from_passages(text, shown, chars)) is not None:
+        return whole
     for _ in range(MAX_CONTINUATIONS):
-        if completion.finish_reason != "stop" or not ABBREVIATION.search(text) or "\n" in text:
-            break
         turn = Message("assistant", f"{ANSWER_CUE}{text}.")
         try:
             completion = await ctx.call_model("answer", [*messages[:-1], turn], params, thought=False)
         except BudgetExceeded:
             break
         text = f"{text}.{completion.text}"
+        if not _cut_short(completion, text):
+            break
     return text
 
 
@@ -218,8 +227,8 @@ def from_passages(text: str, hits: list[dict[str, Any]], chars: int = PASSAGE_CH
         passage = " ".join(f"{h['title']}. {_cut(h['text'], chars)}".split())
         for m in re.finditer(re.escape(stem + "."), passage):
             if m.start() == 0 or not passage[m.start() - 1].isalnum():
-                tail = SPAN_TAIL.match(passage, m.end() - 1)
-                return f"{text[: len(text) - len(text.lstrip())]}{stem}{tail.group(0) if tail else '.'}"
+                tail = SPAN_TAIL.match(passage, m.end() - 1)  # always: it starts at the period
+                return stem + (tail.group(0) if tail else ".")
     return None
 
 
@@ -249,4 +258,5 @@ def _cut(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[: chars - 1].rstrip() + "…"
 
 
-__all__ = ["ANSWER_CUE", "K", "cite", "cued_answer", "fit", "from_passages", "grounded", "read_messages", "run", "search"]
+__all__ = ["ANSWER_CUE", "K", "cite", "cued_answer", "fit", "from_passages", "grounded", "read_messages", "run",
+           "search"]
