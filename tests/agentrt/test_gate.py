@@ -293,3 +293,35 @@ def test_a_tiered_policy_is_judged_against_its_base_models_router_over_the_base_
     candidate = RouterModel.load(registry.find(Path(tmp_path), report.version).path)
     assert candidate.provenance["policy"]["id"] == tiered_fp.id
     assert candidate.metrics["prior"]["direct"] == round(old.base_rates["direct"], 4)
+
+
+def test_the_gate_judges_the_router_in_use_only_on_questions_it_was_not_fit_on(tmp_path):
+    """A router records digests of the questions it was fit on; re-learning on runs that include them judges it on
+    the others only (judged on its own, the shipped router looked +0.436 instead of its cross-fitted +0.279, and
+    no candidate could pass it), and on nothing but its own questions no candidate is promoted."""
+    from pathlib import Path
+
+    from agentrt.core.config import Settings
+    from agentrt.router import registry
+    from agentrt.router.learned import RouterModel
+    from agentrt.train.learn import Incumbent, learn_round, question_digest
+
+    settings = Settings(home=tmp_path)
+    fingerprint = registry.policy_fingerprint(None, settings.policy)
+    first = _runs(40, seed=4)
+    report = learn_round(first, Incumbent(None), settings, fingerprint, suites=["a"], rounds=200)
+    entry = registry.find(Path(tmp_path), report.version)
+    recorded = RouterModel.load(entry.path).provenance["fit_on"]
+    assert sorted(recorded) == sorted({question_digest(e.question) for e in first}) and len(recorded) == 40
+    assert "q0" not in entry.path.read_text()  # digests, not the questions' text
+
+    more = [Example(**{**e.__dict__, "question": f"n{e.question}"}) for e in _runs(40, seed=5)]
+    again = learn_round(first + more, Incumbent(entry), settings, fingerprint, suites=["a", "b"], rounds=200,
+                        promote=False)
+    assert again.runs["left_out_incumbent_fit"] == 40 and again.runs["heldout_questions"] == 40
+    assert again.runs["heldout"] == len(more) and again.runs["train"] == len(first + more)
+    assert any("40 questions the router in use" in w for w in again.warnings)
+
+    same = learn_round(first, Incumbent(entry), settings, fingerprint, suites=["a"], rounds=200)
+    assert not same.promoted and not same.verdict.promote
+    assert any("fit on every one of these 40 questions" in r for r in same.verdict.reasons)
