@@ -295,7 +295,7 @@ def test_a_tiered_policy_is_judged_against_its_base_models_router_over_the_base_
     assert candidate.metrics["prior"]["direct"] == round(old.base_rates["direct"], 4)
 
 
-def test_the_gate_judges_the_router_in_use_only_on_questions_it_was_not_fit_on(tmp_path):
+def test_the_gate_judges_the_router_in_use_only_on_questions_it_was_not_fit_on(tmp_path, monkeypatch, capsys):
     """A router records digests of the questions it was fit on; re-learning on runs that include them judges it on
     the others only (judged on its own, the shipped router looked +0.436 instead of its cross-fitted +0.279, and
     no candidate could pass it), and on nothing but its own questions no candidate is promoted."""
@@ -314,6 +314,14 @@ def test_the_gate_judges_the_router_in_use_only_on_questions_it_was_not_fit_on(t
     recorded = RouterModel.load(entry.path).provenance["fit_on"]
     assert sorted(recorded) == sorted({question_digest(e.question) for e in first}) and len(recorded) == 40
     assert "q0" not in entry.path.read_text()  # digests, not the questions' text
+    import json
+
+    from agentrt.app.cli import main
+
+    monkeypatch.setenv("AGENTRT_HOME", str(tmp_path))
+    capsys.readouterr()
+    assert main(["router", "show", entry.version]) == 0  # their count, not 40 lines of digests
+    assert json.loads(capsys.readouterr().out)["provenance"]["fit_on"].startswith("40 question digests")
 
     more = [Example(**{**e.__dict__, "question": f"n{e.question}"}) for e in _runs(40, seed=5)]
     again = learn_round(first + more, Incumbent(entry), settings, fingerprint, suites=["a", "b"], rounds=200,

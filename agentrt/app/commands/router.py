@@ -105,7 +105,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         data = json.loads(entry.path.read_text())
     except (OSError, ValueError):
         data = {}
-    print(json.dumps({"version": entry.version, "file": str(entry.path), "provenance": entry.provenance,
+    provenance = dict(entry.provenance)
+    if isinstance(provenance.get("fit_on"), list):  # digests of its training questions (learn's gate): their count
+        provenance["fit_on"] = f"{len(provenance['fit_on'])} question digests (the questions it was fit on)"
+    print(json.dumps({"version": entry.version, "file": str(entry.path), "provenance": provenance,
                       "observe": observe, "by_evidence": (data.get("metrics") or {}).get("by_evidence"),
                       "corpora": _corpora(data)}, indent=1))
     return 0
