@@ -105,6 +105,7 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Setting
     """Train a candidate, judge it against ``incumbent`` by ``gate`` (module docstring), register it under
     ``settings.home`` and promote it when the verdict says so (and ``promote``)."""
     old = incumbent.model()
+    seen = fit_on(old)  # the questions the router in use was fit on: the gate does not judge it on them
     trained_for = (old.provenance or {}).get("policy", {}).get("id") if old is not None else None
     same_policy = old is not None and trained_for == fingerprint.id
     # a tiered policy with no router of its own runs its base model's (LearnedRouter's base_policy): that router
@@ -132,7 +133,7 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Setting
         incumbent_cfg = UtilityConfig(lam=lam, actions=actions, floors=floors)
     judged = judge(examples, fit, incumbent_estimate, settings, gate=gate, lam=lam, holdout=holdout, folds=folds,
                    seed=seed, rounds=rounds, incumbent_name=incumbent.name, incumbent_cfg=incumbent_cfg,
-                   incumbent_fit_on=fit_on(old))
+                   incumbent_fit_on=seen)
     # the holdout gate judged the very model fit on the training slice; cross-fitted, the one in use is fit on all
     candidate = judged.models[0] if gate == "holdout" else fit(judged.train)
     cand, inc, held, verdict = judged.candidate, judged.incumbent, judged.held, judged.verdict
@@ -166,7 +167,7 @@ def learn_round(examples: list[Example], incumbent: Incumbent, settings: Setting
     }
     notes = ([f"{judged.left_out} questions the router in use ({inc.name}) was fit on are left out of the "
               "comparison (judged on them it would be judged in-sample)"] if judged.left_out else [])
-    if old is not None and not fit_on(old):
+    if old is not None and not seen:
         notes.append(f"the router in use ({inc.name}) did not record the questions it was fit on: it is judged on "
                      "every question here, in-sample on any it was fit on (which favours it)")
     report = RoundReport(cand, inc, fixed, verdict, train_eval.value, runs,
@@ -229,15 +230,15 @@ def judge(examples: list[Example], fit: Fit, incumbent: Estimator, settings: Set
     estimate: Estimator = lambda e: deciders[owner[id(e)]](e)  # noqa: E731
     actions = tuple(sorted({e.action for e in examples}))
     cfg = config(lam, actions, dict(getattr(settings, "router_floors", {}) or {}))
-    judged = fresh or held  # none fresh: the figures on all, and a verdict that cannot promote
-    cand = evaluate(name, estimate, q, judged, cfg, rounds, seed)
-    inc = evaluate(incumbent_name, incumbent, q, judged, incumbent_cfg or cfg, rounds, seed)
-    verdict = compare(cand, inc, judged, rounds=rounds, seed=seed)
+    rows = fresh or held  # none fresh: the figures on all, and a verdict that cannot promote
+    cand = evaluate(name, estimate, q, rows, cfg, rounds, seed)
+    inc = evaluate(incumbent_name, incumbent, q, rows, incumbent_cfg or cfg, rounds, seed)
+    verdict = compare(cand, inc, rows, rounds=rounds, seed=seed)
     if not fresh:
         verdict.promote = False
         verdict.reasons.append(f"the router in use was fit on every one of these {left_out} questions: judged on them "
                                "it is judged in-sample; explore questions it has not seen (other items or suites)")
-    return Judged(cand, inc, verdict, judged, train, q, len(parts), models, left_out)
+    return Judged(cand, inc, verdict, rows, train, q, len(parts), models, left_out)
 
 
 def fold_of(examples: list[Example], folds: int, seed: int = 0) -> dict[str, int]:
